@@ -1,0 +1,37 @@
+"""Per-token-group FP8 quant: decisions for group_quant_fp8.cu.j2."""
+from __future__ import annotations
+
+import ctypes
+
+from ..spec import Variant
+
+# dtype -> (template KIND, bytes per element)
+DTYPES = {"bf16": (0, 2), "fp16": (1, 2), "fp32": (2, 4)}
+BLOCK = 256
+ITEMS = 2
+
+# launcher(x, q, scales, num_groups, groups_per_row, x_row_stride_bytes, scale_col_stride, stream)
+ARGTYPES = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+
+
+def vec(dtype: str) -> int:
+    return 16 // DTYPES[dtype][1]
+
+
+def validate(v: Variant) -> str | None:
+    g, n = v["group_size"], vec(v["dtype"])
+    if g % n:
+        return f"group_size={g} is not a multiple of the {n}-element vector of {v['dtype']}"
+    if g // n > v.target.wave_size:
+        return f"group_size={g} needs {g // n} lanes, more than a wave of {v.target.wave_size}"
+    return None
+
+
+def context(v: Variant) -> dict:
+    kind, _ = DTYPES[v["dtype"]]
+    n = vec(v["dtype"])
+    return dict(kind=kind, group_size=v["group_size"], vec=n, tpg=v["group_size"] // n,
+                block=BLOCK, items=ITEMS, ue8m0=str(v["ue8m0"]).lower(),
+                col_scales=str(v["scale_layout"] != "row").lower(),
+                fp8_max=repr(float(v.fp8.max)))

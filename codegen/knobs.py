@@ -1,0 +1,45 @@
+"""Every environment variable the project reads, typed and documented in one place."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value).expanduser() if value else None
+
+
+def cache_dir() -> Path:
+    """CODEGEN_CACHE_DIR: where JIT-built modules live (default $XDG_CACHE_HOME/codegen)."""
+    explicit = _path("CODEGEN_CACHE_DIR")
+    if explicit:
+        return explicit
+    base = _path("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return base / "codegen"
+
+
+def rocm_path() -> Path | None:
+    """ROCM_PATH: a ROCm install; its hipcc/amdclang++ build loadable modules for gfx targets."""
+    return _path("ROCM_PATH")
+
+
+def clang() -> str:
+    """CODEGEN_CLANG: the clang for offline gfx assembly when ROCm is absent (default clang-22)."""
+    return os.environ.get("CODEGEN_CLANG", "clang-22")
+
+
+def nvcc() -> str | None:
+    """CODEGEN_NVCC: the nvcc to use for sm_90a (default: nvcc on PATH, then CUDA_HOME/bin)."""
+    return os.environ.get("CODEGEN_NVCC")
+
+
+def build_jobs() -> int | None:
+    """CODEGEN_JOBS: parallel compile jobs for build.py and JIT (default: ninja's choice)."""
+    value = os.environ.get("CODEGEN_JOBS")
+    return int(value) if value else None
+
+
+def verbose() -> bool:
+    """CODEGEN_VERBOSE=1: print compiler commands and JIT cache decisions."""
+    return os.environ.get("CODEGEN_VERBOSE", "0") not in ("", "0")

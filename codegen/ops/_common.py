@@ -1,0 +1,36 @@
+"""Argument checks and launch helpers shared by the ops."""
+from __future__ import annotations
+
+import torch
+
+from ..dispatch import arch_of
+
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+LIB = torch.library.Library("codegen", "DEF")
+
+
+def check_tensor(name: str, t: torch.Tensor, dtypes=tuple(DTYPE_NAMES), ndim: int | None = None):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        raise TypeError(f"{name}: dtype {t.dtype} not supported; expected one of "
+                        f"{[str(d) for d in dtypes]}")
+    if ndim is not None and t.dim() != ndim:
+        raise ValueError(f"{name}: expected {ndim} dims, got shape {tuple(t.shape)}")
+    if t.device.type != "cuda":
+        raise ValueError(f"{name}: must be on a GPU (cuda/hip device), got device {t.device}")
+    if t.dim() and t.stride(-1) != 1 and t.numel() > 1:
+        raise ValueError(f"{name}: last dim must be contiguous (stride 1), got strides {t.stride()}")
+
+
+def arch(t: torch.Tensor) -> str:
+    return arch_of(t.device.index if t.device.index is not None else torch.cuda.current_device())
+
+
+def stream(t: torch.Tensor) -> int:
+    return torch._C._cuda_getCurrentRawStream(t.device.index)
+
+
+def check_rc(rc: int, what: str) -> None:
+    if rc != 0:
+        raise RuntimeError(f"{what}: kernel launch failed with GPU runtime error {rc}")

@@ -1,0 +1,98 @@
+"""per_token_group_quant_fp8: FP8 quantization with one fp32 scale per group of G values."""
+from __future__ import annotations
+
+import torch
+
+from ..dispatch import Unsupported, kernel, variant_for
+from ..targets import get_target
+from ._common import DTYPE_NAMES, LIB, arch, check_rc, check_tensor, stream
+
+SCALE_LAYOUTS = ("row", "col", "col_tma")
+GROUP_SIZES = (32, 64, 128)
+
+
+def scale_col_stride(t: int, layout: str) -> int:
+    """Column stride of column-major scales: T, or T rounded up to 4 (TMA-aligned)."""
+    return t if layout == "col" else (t + 3) // 4 * 4
+
+
+def empty_scales(t: int, groups: int, layout: str, device) -> torch.Tensor:
+    """fp32 [T, groups] scales with the layout's real strides."""
+    if layout == "row":
+        return torch.empty((t, groups), dtype=torch.float32, device=device)
+    stride = scale_col_stride(t, layout)
+    return torch.empty((groups, stride), dtype=torch.float32, device=device)[:, :t].t()
+
+
+LIB.define("per_token_group_quant_fp8(Tensor x, int group_size, str scale_layout, bool ue8m0, "
+           "float fp8_max, ScalarType fp8_dtype) -> (Tensor, Tensor)")
+
+
+@torch.library.register_fake("codegen::per_token_group_quant_fp8")
+def _fake(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
+    t, h = x.shape
+    q = x.new_empty((t, h), dtype=fp8_dtype)
+    return q, empty_scales(t, h // group_size, scale_layout, x.device)
+
+
+def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
+    t, h = x.shape
+    q = torch.empty((t, h), dtype=fp8_dtype, device=x.device)
+    s = empty_scales(t, h // group_size, scale_layout, x.device)
+    if t == 0 or h == 0:
+        return q, s
+    v = variant_for("group_quant_fp8", arch(x), dtype=DTYPE_NAMES[x.dtype],
+                    group_size=group_size, scale_layout=scale_layout, ue8m0=ue8m0,
+                    fp8_max=fp8_max)
+    rc = kernel(v)(x.data_ptr(), q.data_ptr(), s.data_ptr(), t * (h // group_size),
+                   h // group_size, x.stride(0) * x.element_size(),
+                   scale_col_stride(t, scale_layout), stream(x))
+    check_rc(rc, v.uri)
+    return q, s
+
+
+LIB.impl("per_token_group_quant_fp8", _impl, "CUDA")
+
+
+def resolve_fp8(x: torch.Tensor, fp8_dtype, fp8_max) -> tuple[torch.dtype, float]:
+    """The FP8 dtype and max for x's device: the target's default unless asked otherwise."""
+    try:
+        target = get_target(arch(x))
+    except ValueError as e:
+        raise Unsupported(f"x: device arch not supported: {e}") from None
+    if not target.has_fp8:
+        raise Unsupported(f"x: arch {target.arch} has no FP8 support")
+    fmt = target.fp8_format(fp8_max)
+    dtype = getattr(torch, fmt.torch_dtype)
+    if fp8_dtype is not None and fp8_dtype != dtype:
+        raise ValueError(f"fp8_dtype: {fp8_dtype} is not the FP8 format of arch {target.arch} "
+                         f"({dtype})")
+    return dtype, fmt.max
+
+
+def check_group(h: int, group_size: int, scale_layout: str) -> None:
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size: {group_size} not supported; expected one of {GROUP_SIZES}")
+    if h % group_size:
+        raise ValueError(f"x: hidden size {h} is not a multiple of group_size={group_size}")
+    if scale_layout not in SCALE_LAYOUTS:
+        raise ValueError(f"scale_layout: {scale_layout!r}; expected one of {SCALE_LAYOUTS}")
+
+
+def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
+                              scale_layout: str = "row", ue8m0: bool = False,
+                              fp8_dtype: torch.dtype | None = None,
+                              fp8_max: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize x [T, H] (bf16/fp16/fp32, last dim contiguous, rows may be strided) to FP8.
+
+    Returns (q [T, H] fp8, scales fp32 [T, H/G]) with x ~= q * scales per group.
+    scale_layout: "row" (row-major), "col" (column-major, strides (1, T)) or "col_tma"
+    (column-major, T padded to a multiple of 4: strides (1, round_up(T, 4))).
+    ue8m0: round each scale up to a power of two. fp8_dtype / fp8_max: default to the device's
+    format (e4m3fnuz / 224 on gfx942, where 240 is also offered; e4m3fn / 448 elsewhere).
+    """
+    check_tensor("x", x, ndim=2)
+    check_group(x.shape[1], group_size, scale_layout)
+    dtype, fmax = resolve_fp8(x, fp8_dtype, fp8_max)
+    return torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout, bool(ue8m0),
+                                                       fmax, dtype)

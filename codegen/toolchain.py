@@ -1,0 +1,100 @@
+"""Find the compiler for a target and say who it is (its identity goes into the cache key).
+
+- nvcc: loadable modules for sm_90a.
+- rocm: hipcc (amdclang++) from ROCM_PATH: loadable modules and assembly for gfx targets.
+- clang: Debian's clang-22 + lld-22 with the HIP headers shipped in the triton wheel:
+  gfx assembly and its resource report only (no device libraries, no loadable module).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from . import knobs
+from .render import INCLUDE_DIR
+from .targets import Target
+
+
+class ToolchainError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    name: str             # "nvcc", "rocm" or "clang"
+    compiler: str         # resolved path
+    version: str          # the compiler's own version text
+    flags: tuple[str, ...]  # everything but inputs and outputs
+    loadable: bool        # builds a module we can load and run
+
+    @property
+    def identity(self) -> str:
+        return f"{self.name}:{self.compiler}:{self.version}"
+
+
+def _version(exe: str) -> str:
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.strip()
+
+
+@cache
+def _which(exe: str) -> str | None:
+    found = shutil.which(exe)
+    return os.path.realpath(found) if found else None
+
+
+def hip_headers_from_triton() -> Path | None:
+    """The dir holding include/hip/hip_runtime.h inside the triton wheel, if installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("triton")
+    if not spec or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "backends" / "amd"
+    return path if (path / "include" / "hip" / "hip_runtime.h").exists() else None
+
+
+COMMON = ("-O3", "-std=c++17", f"-I{INCLUDE_DIR}")
+
+
+@cache
+def find(target: Target) -> Toolchain:
+    """The best toolchain present for a target, or ToolchainError saying what is missing."""
+    if target.vendor == "nvidia":
+        exe = knobs.nvcc() or _which("nvcc")
+        if not exe and os.environ.get("CUDA_HOME"):
+            exe = str(Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc")
+        if not exe or not Path(exe).exists():
+            raise ToolchainError(f"arch {target.arch}: nvcc not found (PATH, CODEGEN_NVCC, CUDA_HOME)")
+        cc = target.arch.removeprefix("sm_")
+        flags = (f"-gencode=arch=compute_{cc},code=sm_{cc}", *COMMON, "-Xcompiler=-fPIC",
+                 "-shared", "-Xptxas=-v")
+        return Toolchain("nvcc", exe, _version(exe), flags, True)
+
+    rocm = knobs.rocm_path()
+    if rocm and (rocm / "bin" / "hipcc").exists():
+        exe = str((rocm / "bin" / "hipcc").resolve())
+        flags = ("-x", "hip", f"--offload-arch={target.arch}", *COMMON, "-fPIC", "-shared")
+        return Toolchain("rocm", exe, _version(exe), flags, True)
+
+    exe = _which(knobs.clang())
+    headers = hip_headers_from_triton()
+    if not exe or not headers:
+        raise ToolchainError(
+            f"arch {target.arch}: no HIP toolchain. Set ROCM_PATH to a ROCm install, or install "
+            f"{knobs.clang()} + lld and the triton wheel (its HIP headers); `make setup` does this")
+    flags = ("-x", "hip", f"--offload-arch={target.arch}", "-nogpulib", "--cuda-device-only",
+             *COMMON, f"--rocm-path={headers}")
+    return Toolchain("clang", exe, _version(exe), flags, False)
+
+
+def asm_flags(tc: Toolchain) -> tuple[str, ...]:
+    """Flags that make a HIP toolchain emit device assembly (.s) instead of a module."""
+    flags = [f for f in tc.flags if f not in ("-fPIC", "-shared")]
+    if "--cuda-device-only" not in flags:
+        flags.append("--cuda-device-only")
+    return (*flags, "-S")

@@ -1,0 +1,63 @@
+// NVIDIA primitives (nvcc, sm_90a). Mirrors arch_hip.h function by function.
+#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#define CG_DEVICE __device__ __forceinline__
+
+namespace cg {
+
+CG_DEVICE float bits_to_float(uint32_t u) { return __uint_as_float(u); }
+CG_DEVICE uint32_t float_to_bits(float f) { return __float_as_uint(f); }
+
+CG_DEVICE float bf16_to_float(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+CG_DEVICE float f16_to_float(uint16_t h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+CG_DEVICE uint16_t float_to_bf16(float f) {
+  uint16_t r;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+}
+CG_DEVICE uint16_t float_to_f16(float f) {
+  uint16_t r;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+  return r;
+}
+
+// IEEE division, correct to the last bit whatever fast-math flags are in force.
+CG_DEVICE float div_rn(float a, float b) { return __fdiv_rn(a, b); }
+CG_DEVICE float sqrt_rn(float a) { return __fsqrt_rn(a); }
+
+// Butterfly exchange within aligned segments of WIDTH lanes.
+template <int WIDTH>
+CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
+  return __shfl_xor_sync(0xffffffffu, v, mask, WIDTH);
+}
+template <int WIDTH>
+CG_DEVICE float shfl_xor_f32(float v, int mask) {
+  return __shfl_xor_sync(0xffffffffu, v, mask, WIDTH);
+}
+
+// Streaming 16-byte load: read once, keep out of L1.
+CG_DEVICE uint4 load_stream16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+#if defined(CG_FP8_MAX)
+// Four floats to four OCP e4m3 bytes (a in the lowest byte), round to nearest even.
+// Inputs are already clamped to +-CG_FP8_MAX; NaN stays NaN.
+CG_DEVICE uint32_t cvt_pk4_fp8(float a, float b, float c, float d) {
+  uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(d), "f"(c));
+  return uint32_t(lo) | (uint32_t(hi) << 16);
+}
+#endif
+
+}  // namespace cg

@@ -1,0 +1,45 @@
+// AMD primitives (HIP, gfx9 / gfx11 / gfx12). Mirrors arch_cuda.cuh function by function.
+// Only compiler builtins and clang's __bf16 / _Float16 are used: no hip_fp16.h / hip_fp8.h,
+// so the kernels do not depend on which ROCm release's headers are installed.
+#pragma once
+#include <hip/hip_runtime.h>
+#include <stdint.h>
+
+#define CG_DEVICE __device__ __forceinline__
+
+namespace cg {
+
+CG_DEVICE float bits_to_float(uint32_t u) { return __builtin_bit_cast(float, u); }
+CG_DEVICE uint32_t float_to_bits(float f) { return __builtin_bit_cast(uint32_t, f); }
+
+CG_DEVICE float bf16_to_float(uint16_t h) { return bits_to_float(uint32_t(h) << 16); }
+CG_DEVICE float f16_to_float(uint16_t h) { return float(__builtin_bit_cast(_Float16, h)); }
+CG_DEVICE uint16_t float_to_bf16(float f) { return __builtin_bit_cast(uint16_t, __bf16(f)); }
+CG_DEVICE uint16_t float_to_f16(float f) { return __builtin_bit_cast(uint16_t, _Float16(f)); }
+
+// Plain '/' and sqrt are IEEE-exact in HIP unless fast-math is on, which we never pass.
+CG_DEVICE float div_rn(float a, float b) { return a / b; }
+CG_DEVICE float sqrt_rn(float a) { return __builtin_sqrtf(a); }
+
+template <int WIDTH>
+CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
+  return uint32_t(__shfl_xor(int(v), mask, WIDTH));
+}
+template <int WIDTH>
+CG_DEVICE float shfl_xor_f32(float v, int mask) {
+  return __shfl_xor(v, mask, WIDTH);
+}
+
+CG_DEVICE uint4 load_stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+
+#if defined(CG_FP8_MAX)
+// Four floats to four fp8 bytes (a in the lowest byte) with v_cvt_pk_fp8_f32: e4m3fnuz on
+// gfx942, OCP e4m3 on gfx950 / gfx12. Inputs are already clamped to +-CG_FP8_MAX.
+CG_DEVICE uint32_t cvt_pk4_fp8(float a, float b, float c, float d) {
+  int w = __builtin_amdgcn_cvt_pk_fp8_f32(a, b, 0, false);
+  w = __builtin_amdgcn_cvt_pk_fp8_f32(c, d, w, true);
+  return uint32_t(w);
+}
+#endif
+
+}  // namespace cg

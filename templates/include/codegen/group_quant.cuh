@@ -1,0 +1,77 @@
+// FP8 per-token-group quantization of values already in registers: the one implementation
+// shared by the standalone quant kernel and the fused RMSNorm + quant kernels, so that both
+// produce the same bytes. Contract: NUMERICS.md, "Per-token-group FP8 quant".
+#pragma once
+#include "codegen/arch.h"
+
+namespace cg {
+
+// 32-bit index math where the problem allows it, 64-bit where it does not.
+template <bool WIDE> struct IndexType { using type = uint32_t; };
+template <> struct IndexType<true> { using type = int64_t; };
+
+// 16 bytes of input as floats.
+template <int KIND>  // 0 = bf16, 1 = fp16, 2 = fp32
+struct Vec16 {
+  static constexpr int N = KIND == 2 ? 4 : 8;
+  float v[N];
+  CG_DEVICE void unpack(uint4 raw) {
+    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+    if constexpr (KIND == 2) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = bits_to_float(w[i]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint16_t lo = uint16_t(w[i] & 0xffffu), hi = uint16_t(w[i] >> 16);
+        v[2 * i] = KIND == 0 ? bf16_to_float(lo) : f16_to_float(lo);
+        v[2 * i + 1] = KIND == 0 ? bf16_to_float(hi) : f16_to_float(hi);
+      }
+    }
+  }
+};
+
+CG_DEVICE uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
+
+#if defined(CG_FP8_MAX)
+// Smallest power of two >= s, for positive normal s (inf and NaN pass through).
+CG_DEVICE float pow2_ceil(float s) {
+  const uint32_t b = float_to_bits(s);
+  const uint32_t exp = b >> 23, mant = b & 0x7fffffu;
+  if (exp >= 0xffu || mant == 0) return s;
+  return bits_to_float((exp + 1) << 23);
+}
+
+// Clamp to +-max; NaN stays NaN (comparisons with NaN are false), as torch.clamp does.
+CG_DEVICE float clamp_fp8(float v) {
+  return v > CG_FP8_MAX ? CG_FP8_MAX : (v < -CG_FP8_MAX ? -CG_FP8_MAX : v);
+}
+
+// N values per lane, TPG lanes (an aligned segment of a wave) form one group.
+// Writes N fp8 bytes as N/4 words and returns the group's scale (same in every lane).
+template <int TPG, int N, bool UE8M0>
+CG_DEVICE float quantize_group(const float (&v)[N], uint32_t (&out)[N / 4]) {
+  // amax as the largest bit pattern of |v|: for non-negative floats the integer order is the
+  // float order, and a NaN (above +inf) propagates, like torch's amax.
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) m = umax(m, float_to_bits(v[i]) & 0x7fffffffu);
+#pragma unroll
+  for (int off = TPG / 2; off > 0; off >>= 1) m = umax(m, shfl_xor_u32<TPG>(m, off));
+  m = umax(m, float_to_bits(1e-10f));
+  float scale = div_rn(bits_to_float(m), CG_FP8_MAX);
+  if constexpr (UE8M0) scale = pow2_ceil(scale);
+  // With a power-of-two scale, x * (1/scale) is exactly x / scale; otherwise divide.
+  const float inv = UE8M0 ? div_rn(1.0f, scale) : 0.0f;
+#pragma unroll
+  for (int i = 0; i < N; i += 4) {
+    float q[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q[j] = clamp_fp8(UE8M0 ? v[i + j] * inv : div_rn(v[i + j], scale));
+    out[i / 4] = cvt_pk4_fp8(q[0], q[1], q[2], q[3]);
+  }
+  return scale;
+}
+#endif
+
+}  // namespace cg
