@@ -25,6 +25,7 @@ from .ninja import Edge, ninja_text, outputs_for
 
 ABI = "ctypes-1"   # how modules are bound; bump when the launcher convention changes
 GENERATED = ROOT / "generated"
+BUILDS = 0   # modules this process compiled (tests read it)
 
 
 class CompileError(RuntimeError):
@@ -121,6 +122,8 @@ def compile_variant(variant: Variant, loadable: bool = False) -> Path:
 
 def _build_and_publish(variant: Variant, source: str, tc: Toolchain, base: Path,
                        final: Path) -> None:
+    global BUILDS
+    BUILDS += 1
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=base))
     try:
         src = staging / f"{variant.uri}{source_suffix(variant)}"

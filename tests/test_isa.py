@@ -1,0 +1,76 @@
+"""L1 + L2: every variant compiles to AMDGPU assembly with the instructions and resources we expect.
+
+Each arch is built once per session (ninja compiles in parallel); the tests read its manifest.
+"""
+import re
+from pathlib import Path
+
+import pytest
+
+from codegen.build.aot import build
+from codegen.build.resources import amd_instructions
+from codegen.targets import get_target
+
+pytestmark = pytest.mark.isa
+
+FP8_ARCHS = ["gfx942", "gfx950", "gfx1200", "gfx1201"]
+LOAD128 = {"gfx942": "global_load_dwordx4", "gfx950": "global_load_dwordx4",
+           "gfx1200": "global_load_b128", "gfx1201": "global_load_b128",
+           "gfx1100": "global_load_b128", "gfx90a": "global_load_dwordx4"}
+_built: dict = {}
+
+
+@pytest.fixture(scope="session")
+def generated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("generated")
+
+    def get(arch):
+        if arch not in _built:
+            _built[arch] = build(get_target(arch), out_dir=out)
+        return out / arch, _built[arch]
+    return get
+
+
+def rows(manifest, op):
+    return [r for r in manifest["variants"] if r["op"] == op]
+
+
+@pytest.mark.parametrize("arch", FP8_ARCHS)
+def test_quant_isa(generated, arch):
+    out, manifest = generated(arch)
+    quant = rows(manifest, "group_quant_fp8")
+    assert quant and all(r["status"] == "ok" for r in quant), \
+        [(r["uri"], r["reason"]) for r in quant if r["status"] != "ok"]
+    wave = get_target(arch).wave_size
+    for r in quant:
+        assert r["spill_count"] == 0 and r["scratch_bytes"] == 0, r["uri"]
+        assert r["wavefront_size"] == wave
+        counts = amd_instructions(out / r["asm"], "v_cvt_pk_fp8_f32", LOAD128[arch])
+        assert counts["v_cvt_pk_fp8_f32"] > 0, r["uri"]
+        # every variant reads its input with 16-byte loads
+        assert counts[LOAD128[arch]] > 0, r["uri"]
+        assert r["occupancy"] >= 4, (r["uri"], r["vgpr_count"])
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])
+def test_fp8_variants_refused_without_fp8(generated, arch):
+    _, manifest = generated(arch)
+    quant = rows(manifest, "group_quant_fp8")
+    assert quant and all(r["status"] == "skipped" for r in quant)
+    assert all("no FP8" in r["reason"] for r in quant)
+    assert not any(r["asm"] for r in quant)
+
+
+def test_manifest_fields(generated):
+    out, manifest = generated("gfx1201")
+    assert manifest["arch"] == "gfx1201" and manifest["toolchain"]
+    need = {"uri", "op", "dtype", "group_size", "fp8_format", "fp8_max", "status", "reason",
+            "source", "asm", "vgpr_count", "sgpr_count", "spill_count", "scratch_bytes",
+            "lds_bytes", "wavefront_size", "occupancy"}
+    for r in manifest["variants"]:
+        assert need <= set(r)
+        if r["status"] == "ok":
+            assert (out / r["source"]).exists() and (out / r["asm"]).exists()
+            assert re.search(r"\.amdgcn_target\s+\"amdgcn-amd-amdhsa--gfx1201",
+                             (out / r["asm"]).read_text())
+    assert (out / "dispatch.json").exists() and (out / "build.ninja").exists()
