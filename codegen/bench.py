@@ -1,0 +1,171 @@
+"""Benchmarks against peers measured in the same run: `make bench` (python -m codegen.bench).
+
+Prints one table per section and writes all figures as JSON (--json PATH). Timing: CUDA events
+around each call, median of many, L2 flushed between calls (triton.testing.do_bench when present).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+from . import ops, reference
+
+
+def bench_us(fn, warmup_ms=25, rep_ms=100) -> float:
+    """Median time of fn() in microseconds."""
+    try:
+        from triton.testing import do_bench
+
+        return do_bench(fn, warmup=warmup_ms, rep=rep_ms, return_mode="median") * 1e3
+    except ImportError:
+        pass
+    for _ in range(10):
+        fn()
+    times = []
+    for _ in range(100):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth() -> float:
+    """Device copy, GB/s counting read + write: the ceiling for memory-bound kernels."""
+    x = torch.randn(8192, 7168, device="cuda").to(torch.bfloat16)
+    y = torch.empty_like(x)
+    us = bench_us(lambda: y.copy_(x))
+    return 2 * x.numel() * 2 / us / 1e3
+
+
+def empty_kernel_us() -> float:
+    return bench_us(lambda: torch.cuda._sleep(0))
+
+
+def table(title: str, cols: list[str], rows: list[list]) -> None:
+    print(f"\n## {title}")
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in rows:
+        print("| " + " | ".join(f"{c:.3g}" if isinstance(c, float) else str(c) for c in r) + " |")
+
+
+def quant_section(copy_gbs: float, empty_us: float, quick: bool) -> list[dict]:
+    fp8_dtype = ops.per_token_group_quant_fp8(torch.ones(1, 128, device="cuda"))[0].dtype
+    fmax = 224.0 if fp8_dtype == torch.float8_e4m3fnuz else 448.0
+    ts = [1, 16, 128, 1024, 8192, 16384] if not quick else [1, 16, 8192]
+    hs = [1536, 4096, 7168, 16384] if not quick else [7168]
+    results = []
+    for g in (128, 64):
+        def ref(x, g=g):
+            return reference.group_quant_fp8(x, g, fp8_dtype, fmax)
+        compiled = torch.compile(ref)
+        for h in hs:
+            for t in ts:
+                x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
+                torch._dynamo.mark_dynamic(x, 0) if t > 1 else None
+                nbytes = t * h * 2 + t * h + t * (h // g) * 4
+                ours = bench_us(lambda: ops.per_token_group_quant_fp8(x, g))
+                eager = bench_us(lambda: ref(x))
+                comp = bench_us(lambda: compiled(x))
+                results.append(dict(op="quant", g=g, t=t, h=h, us=ours, eager_us=eager,
+                                    compile_us=comp, gbs=nbytes / ours / 1e3,
+                                    copy_frac=nbytes / ours / 1e3 / copy_gbs,
+                                    vs_compile=comp / ours, vs_empty=ours / empty_us))
+    table("per_token_group_quant_fp8, bf16 in (times in us; GB/s = bytes moved / time)",
+          ["G", "T", "H", "ours us", "GB/s", "of copy", "eager us", "compile us",
+           "x compile", "x empty kernel"],
+          [[r["g"], r["t"], r["h"], r["us"], r["gbs"], f"{r['copy_frac']:.0%}", r["eager_us"],
+            r["compile_us"], r["vs_compile"], r["vs_empty"]] for r in results])
+    return results
+
+
+def host_overhead() -> dict:
+    """Wall time per call with the GPU kept busy elsewhere: our op vs a bare launch."""
+    x = torch.randn(1, 1536, device="cuda").to(torch.bfloat16)
+    ops.per_token_group_quant_fp8(x)
+
+    def per_call(fn, n=2000):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        return (t1 - t0) / n * 1e6
+    bare = min(per_call(lambda: torch.cuda._sleep(0)) for _ in range(3))
+    ours = min(per_call(lambda: ops.per_token_group_quant_fp8(x)) for _ in range(3))
+    r = dict(bare_launch_us=bare, op_call_us=ours, overhead_us=ours - bare)
+    table("host overhead per call (T=1, H=1536)", ["bare launch us", "op call us", "overhead us"],
+          [[bare, ours, ours - bare]])
+    return r
+
+
+JIT_SNIPPET = """
+import time, torch
+t0 = time.perf_counter()
+from codegen import ops
+x = torch.randn(4, 512, device="cuda", dtype=torch.bfloat16)
+torch.cuda.synchronize()
+t1 = time.perf_counter()
+ops.per_token_group_quant_fp8(x, 64, scale_layout="col", ue8m0=True)
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+print(t2 - t1)
+"""
+
+
+def jit_section() -> dict:
+    """Cold build of one module, then first call in a fresh process with the cache warm."""
+    with tempfile.TemporaryDirectory() as d:
+        env = dict(os.environ, CODEGEN_CACHE_DIR=d)
+        run = lambda: float(subprocess.run([sys.executable, "-c", JIT_SNIPPET], env=env,
+                                           check=True, capture_output=True, text=True).stdout)
+        cold, warm = run(), run()
+    r = dict(cold_first_call_s=cold, warm_first_call_ms=warm * 1e3)
+    table("JIT (one quant module)", ["cold first call s (build + load)", "warm-cache first call ms"],
+          [[cold, warm * 1e3]])
+    return r
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="a few shapes only")
+    ap.add_argument("--json", help="write all figures here")
+    ap.add_argument("--sections", default="jit,overhead,quant")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench: no GPU visible; nothing to measure", file=sys.stderr)
+        return 1
+    torch._dynamo.config.cache_size_limit = 64
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "date": time.strftime("%Y-%m-%d")}
+    out["copy_gbs"] = copy_bandwidth()
+    out["empty_kernel_us"] = empty_kernel_us()
+    print(f"device {out['device']}, torch {out['torch']}: copy {out['copy_gbs']:.0f} GB/s, "
+          f"empty kernel {out['empty_kernel_us']:.2f} us")
+    sections = args.sections.split(",")
+    if "jit" in sections:
+        out["jit"] = jit_section()
+    if "overhead" in sections:
+        out["overhead"] = host_overhead()
+    if "quant" in sections:
+        out["quant"] = quant_section(out["copy_gbs"], out["empty_kernel_us"], args.quick)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

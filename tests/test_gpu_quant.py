@@ -1,0 +1,127 @@
+"""L4: the generated quant kernels vs the torch reference on the GPU, bit-exact."""
+import pytest
+import torch
+
+from codegen import ops, reference
+from codegen.ops.quant import empty_scales
+
+from .gpu_data import poison_, rows_with_spread
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def fp8_info():
+    q, _ = ops.per_token_group_quant_fp8(torch.ones(1, 128, device="cuda"), 128)
+    return q.dtype, (224.0 if q.dtype == torch.float8_e4m3fnuz else 448.0)
+
+
+def run_and_check(x, g, layout, ue8m0, fp8_max=None):
+    fp8_dtype, default_max = fp8_info()
+    fmax = fp8_max or default_max
+    # poison outputs through the allocator: allocate, poison, free, so the op reuses them
+    t, h = x.shape
+    junk = [poison_(torch.empty((t, h), dtype=torch.uint8, device="cuda")),
+            poison_(empty_scales(t, h // g, layout, "cuda"))]
+    del junk
+    q, s = ops.per_token_group_quant_fp8(x, g, scale_layout=layout, ue8m0=ue8m0,
+                                         fp8_max=fp8_max)
+    rq, rs = reference.group_quant_fp8(x, g, fp8_dtype, fmax, ue8m0)
+    assert q.shape == (t, h) and s.shape == (t, h // g)
+    if layout == "row":
+        assert s.stride() == (h // g, 1)
+    else:
+        pad = t if layout == "col" else (t + 3) // 4 * 4
+        assert s.stride() == (1, pad)
+    diff = (q.view(torch.uint8) != rq.view(torch.uint8)).sum().item()
+    assert diff == 0, f"{diff} differing bytes"
+    assert torch.equal(s.contiguous().view(torch.int32), rs.view(torch.int32))
+    return q, s
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("g", [32, 64, 128])
+@pytest.mark.parametrize("layout", ["row", "col", "col_tma"])
+@pytest.mark.parametrize("ue8m0", [False, True])
+def test_every_variant_bit_exact(dtype, g, layout, ue8m0):
+    x = rows_with_spread(83, 1536, DTYPES[dtype])
+    run_and_check(x, g, layout, ue8m0)
+
+
+@pytest.mark.parametrize("t", [1, 7, 83, 2050])
+@pytest.mark.parametrize("h", [1536, 7168, 16384])
+def test_odd_shapes(t, h):
+    x = rows_with_spread(t, h, torch.bfloat16)
+    run_and_check(x, 128, "col_tma", False)
+    run_and_check(x, 64, "row", True)
+
+
+def test_strided_rows_and_zero_group():
+    base = rows_with_spread(37, 4096 + 256, torch.bfloat16)
+    x = base[:, :4096]                      # row stride 4352
+    x[3, :128] = 0                          # an all-zero group: scale = eps / max, q = 0
+    q, s = run_and_check(x, 128, "row", False)
+    assert (q[3, :128].view(torch.uint8) == 0).all()
+
+
+def test_empty_and_large():
+    q, s = ops.per_token_group_quant_fp8(torch.empty(0, 512, device="cuda", dtype=torch.bfloat16))
+    assert q.shape == (0, 512) and s.shape == (0, 4)
+    x = rows_with_spread(65536, 16384, torch.bfloat16)   # 2^30 elements
+    run_and_check(x, 128, "row", False)
+
+
+def test_nan_and_inf_follow_reference():
+    x = rows_with_spread(8, 256, torch.float32)
+    x[0, 5] = float("nan")
+    x[1, 200] = float("inf")
+    fp8_dtype, fmax = fp8_info()
+    q, s = ops.per_token_group_quant_fp8(x, 128)
+    rq, rs = reference.group_quant_fp8(x, 128, fp8_dtype, fmax)
+    assert torch.isnan(s[0, 0]) and torch.isinf(s[1, 1])
+    # NaN bytes may differ in sign between the reference and the hardware: compare as floats
+    torch.testing.assert_close(q.float(), rq.float(), equal_nan=True, rtol=0, atol=0)
+    torch.testing.assert_close(s, rs, equal_nan=True, rtol=0, atol=0)
+
+
+def test_bad_input_names_the_argument():
+    x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="x: dtype"):
+        ops.per_token_group_quant_fp8(x.to(torch.int32))
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        ops.per_token_group_quant_fp8(x[:, :200])
+    with pytest.raises(ValueError, match="last dim must be contiguous"):
+        ops.per_token_group_quant_fp8(torch.randn(256, 4, device="cuda").t())
+    with pytest.raises(ValueError, match="must be on a GPU"):
+        ops.per_token_group_quant_fp8(x.cpu())
+    with pytest.raises(ValueError, match="group_size"):
+        ops.per_token_group_quant_fp8(x, 96)
+    with pytest.raises(ValueError, match="scale_layout"):
+        ops.per_token_group_quant_fp8(x, scale_layout="diag")
+    with pytest.raises(ValueError, match="fp8_max"):
+        ops.per_token_group_quant_fp8(x, fp8_max=100.0)
+
+
+def test_torch_compile_and_graph_capture():
+    x = rows_with_spread(64, 2048, torch.bfloat16)
+    eager = ops.per_token_group_quant_fp8(x, 128, scale_layout="col_tma")
+    f = torch.compile(lambda a: ops.per_token_group_quant_fp8(a, 128, scale_layout="col_tma"),
+                      fullgraph=True)
+    compiled = f(x)
+    assert torch.equal(compiled[0].view(torch.uint8), eager[0].view(torch.uint8))
+    assert torch.equal(compiled[1], eager[1])
+
+    static_x = x.clone()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        ops.per_token_group_quant_fp8(static_x, 128)     # warm up outside capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gq, gs = ops.per_token_group_quant_fp8(static_x, 128)
+    static_x.copy_(rows_with_spread(64, 2048, torch.bfloat16))
+    graph.replay()
+    torch.cuda.synchronize()
+    rq, rs = ops.per_token_group_quant_fp8(static_x, 128)
+    assert torch.equal(gq.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(gs, rs)
