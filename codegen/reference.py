@@ -28,7 +28,8 @@ def group_quant_fp8(x: torch.Tensor, group_size: int, fp8_dtype: torch.dtype, fp
     xg = x.float().reshape(t, h // group_size, group_size)
     amax = xg.abs().amax(dim=-1, keepdim=True).clamp_min(EPS_AMAX)
     amax = torch.where(torch.isnan(xg).any(-1, keepdim=True), float("nan"), amax)
-    scale = amax / fp8_max
+    # divide by a tensor: torch turns division by a Python scalar into a reciprocal multiply
+    scale = amax / torch.full_like(amax, fp8_max)
     if ue8m0:
         scale = pow2_ceil(scale)
     q = (xg / scale).clamp(-fp8_max, fp8_max).to(fp8_dtype)

@@ -125,3 +125,27 @@ def test_torch_compile_and_graph_capture():
     torch.cuda.synchronize()
     rq, rs = ops.per_token_group_quant_fp8(static_x, 128)
     assert torch.equal(gq.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(gs, rs)
+
+
+JIT_SNIPPET = """
+import torch, codegen.build.jit as jit
+from codegen import ops, reference
+x = torch.randn(33, 384, device="cuda", dtype=torch.bfloat16)
+q, s = ops.per_token_group_quant_fp8(x, 32, scale_layout="col_tma", ue8m0=True)
+rq, rs = reference.group_quant_fp8(x, 32, q.dtype, 224.0 if q.dtype == torch.float8_e4m3fnuz else 448.0, True)
+assert torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)
+print(jit.BUILDS)
+"""
+
+
+def test_eight_processes_cold_cache(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CODEGEN_CACHE_DIR=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", JIT_SNIPPET], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    assert sum(int(o[0].split()[-1]) for o in outs) == 1

@@ -34,4 +34,11 @@ def context(v: Variant) -> dict:
     return dict(kind=kind, group_size=v["group_size"], vec=n, tpg=v["group_size"] // n,
                 block=BLOCK, items=ITEMS, ue8m0=str(v["ue8m0"]).lower(),
                 col_scales=str(v["scale_layout"] != "row").lower(),
-                fp8_max=repr(float(v.fp8.max)))
+                fp8_max=repr(float(v.fp8.max)), cvt_clamps=int(cvt_clamps(v)))
+
+
+def cvt_clamps(v: Variant) -> bool:
+    """Whether the fp8 convert saturates at the scaling max, making our clamp redundant:
+    sm_90a's cvt.rn.satfinite saturates at the format's max (448 for e4m3fn), maps NaN to NaN
+    and inf to +-448, which is what clamp-then-convert gives when the scaling max is 448."""
+    return v.target.vendor == "nvidia" and v.fp8.name == "e4m3fn" and v.fp8.max == 448.0

@@ -35,38 +35,60 @@ def _fake(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
     return q, empty_scales(t, h // group_size, scale_layout, x.device)
 
 
+_launchers: dict[tuple, object] = {}
+
+
+def _launcher(x, group_size, scale_layout, ue8m0, fp8_max):
+    key = (x.device.index, x.dtype, group_size, scale_layout, ue8m0, fp8_max)
+    fn = _launchers.get(key)
+    if fn is None:
+        v = variant_for("group_quant_fp8", arch(x), dtype=DTYPE_NAMES[x.dtype],
+                        group_size=group_size, scale_layout=scale_layout, ue8m0=ue8m0,
+                        fp8_max=fp8_max)
+        fn = _launchers[key] = (kernel(v), v.uri)
+    return fn
+
+
 def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
     t, h = x.shape
     q = torch.empty((t, h), dtype=fp8_dtype, device=x.device)
     s = empty_scales(t, h // group_size, scale_layout, x.device)
     if t == 0 or h == 0:
         return q, s
-    v = variant_for("group_quant_fp8", arch(x), dtype=DTYPE_NAMES[x.dtype],
-                    group_size=group_size, scale_layout=scale_layout, ue8m0=ue8m0,
-                    fp8_max=fp8_max)
-    rc = kernel(v)(x.data_ptr(), q.data_ptr(), s.data_ptr(), t * (h // group_size),
-                   h // group_size, x.stride(0) * x.element_size(),
-                   scale_col_stride(t, scale_layout), stream(x))
-    check_rc(rc, v.uri)
+    fn, uri = _launcher(x, group_size, scale_layout, ue8m0, fp8_max)
+    rc = fn(x.data_ptr(), q.data_ptr(), s.data_ptr(), t * (h // group_size), h // group_size,
+            x.stride(0) * x.element_size(), scale_col_stride(t, scale_layout), stream(x))
+    check_rc(rc, uri)
     return q, s
 
 
 LIB.impl("per_token_group_quant_fp8", _impl, "CUDA")
 
 
+_fp8_cache: dict[tuple, tuple[torch.dtype, float]] = {}
+
+
 def resolve_fp8(x: torch.Tensor, fp8_dtype, fp8_max) -> tuple[torch.dtype, float]:
     """The FP8 dtype and max for x's device: the target's default unless asked otherwise."""
+    key = (x.device.index, fp8_dtype, fp8_max)
+    hit = _fp8_cache.get(key)
+    if hit:
+        return hit
     try:
         target = get_target(arch(x))
     except ValueError as e:
         raise Unsupported(f"x: device arch not supported: {e}") from None
     if not target.has_fp8:
         raise Unsupported(f"x: arch {target.arch} has no FP8 support")
-    fmt = target.fp8_format(fp8_max)
+    try:
+        fmt = target.fp8_format(fp8_max)
+    except ValueError as e:
+        raise ValueError(f"fp8_max: {e}") from None
     dtype = getattr(torch, fmt.torch_dtype)
     if fp8_dtype is not None and fp8_dtype != dtype:
         raise ValueError(f"fp8_dtype: {fp8_dtype} is not the FP8 format of arch {target.arch} "
                          f"({dtype})")
+    _fp8_cache[key] = (dtype, fmt.max)
     return dtype, fmt.max
 
 
@@ -94,5 +116,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     check_tensor("x", x, ndim=2)
     check_group(x.shape[1], group_size, scale_layout)
     dtype, fmax = resolve_fp8(x, fp8_dtype, fp8_max)
-    return torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout, bool(ue8m0),
-                                                       fmax, dtype)
+    if torch.compiler.is_compiling():
+        return torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout,
+                                                           bool(ue8m0), fmax, dtype)
+    return _impl(x, group_size, scale_layout, bool(ue8m0), fmax, dtype)   # eager: skip dispatch

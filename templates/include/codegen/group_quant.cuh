@@ -47,6 +47,17 @@ CG_DEVICE float clamp_fp8(float v) {
   return v > CG_FP8_MAX ? CG_FP8_MAX : (v < -CG_FP8_MAX ? -CG_FP8_MAX : v);
 }
 
+// x / scale, correctly rounded as far as the fp8 result can tell. y = x * (1/scale) is within
+// two fp32 ulps of the IEEE quotient; the two can only round to different fp8 values when a
+// rounding boundary of fp8 lies between them. Those boundaries (midpoints between fp8 values,
+// and fp8 values themselves at binade edges) have at most 5 significant bits, so their low 19
+// mantissa bits are zero: when y is within 4 ulps of such a number, divide exactly instead.
+CG_DEVICE float div_for_fp8(float x, float scale, float inv) {
+  const float y = x * inv;
+  const uint32_t low = (float_to_bits(y) + 4u) & 0x7ffffu;
+  return low < 8u ? div_rn(x, scale) : y;
+}
+
 // N values per lane, TPG lanes (an aligned segment of a wave) form one group.
 // Writes N fp8 bytes as N/4 words and returns the group's scale (same in every lane).
 template <int TPG, int N, bool UE8M0>
@@ -61,13 +72,16 @@ CG_DEVICE float quantize_group(const float (&v)[N], uint32_t (&out)[N / 4]) {
   m = umax(m, float_to_bits(1e-10f));
   float scale = div_rn(bits_to_float(m), CG_FP8_MAX);
   if constexpr (UE8M0) scale = pow2_ceil(scale);
-  // With a power-of-two scale, x * (1/scale) is exactly x / scale; otherwise divide.
-  const float inv = UE8M0 ? div_rn(1.0f, scale) : 0.0f;
+  // 1/scale is exact for a power-of-two scale, so x * inv is then exactly x / scale.
+  const float inv = div_rn(1.0f, scale);
 #pragma unroll
   for (int i = 0; i < N; i += 4) {
     float q[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) q[j] = clamp_fp8(UE8M0 ? v[i + j] * inv : div_rn(v[i + j], scale));
+    for (int j = 0; j < 4; ++j) {
+      const float d = UE8M0 ? v[i + j] * inv : div_for_fp8(v[i + j], scale, inv);
+      q[j] = CG_FP8_CVT_CLAMPS ? d : clamp_fp8(d);
+    }
     out[i / 4] = cvt_pk4_fp8(q[0], q[1], q[2], q[3]);
   }
   return scale;
