@@ -15,5 +15,5 @@ def rows_with_spread(t: int, h: int, dtype, device="cuda", gen=None) -> torch.Te
 
 def poison_(t: torch.Tensor) -> torch.Tensor:
     """Fill with a NaN pattern so unwritten elements show."""
-    t.view(torch.uint8).fill_(NAN_BYTE)
+    t.untyped_storage().fill_(NAN_BYTE)
     return t

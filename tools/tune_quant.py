@@ -1,4 +1,7 @@
-"""Time quant launch shapes (lanes' items, block size) on the local GPU: python tools/tune_quant.py"""
+"""Time quant launch shapes on the local GPU: python tools/tune_quant.py
+
+Sweeps groups per lane (ITEMS), block size and the grid cap (GRID_WAVES), next to torch
+elementwise kernels with the same traffic, so a gap can be placed."""
 import itertools
 
 import torch
@@ -9,14 +12,21 @@ from codegen.bench import bench_us, copy_bandwidth
 
 copy = copy_bandwidth()
 print(f"copy {copy:.0f} GB/s")
-for g, (t, h) in itertools.product((128, 64), ((8192, 7168), (16384, 4096), (16, 7168))):
+x = torch.randn(8192, 7168, device="cuda").to(torch.bfloat16)
+y8 = torch.empty(x.shape, device="cuda", dtype=torch.float8_e4m3fn)
+us = bench_us(lambda: y8.copy_(x))
+print(f"torch bf16->fp8 cast 8192x7168: {us:.1f} us {x.numel() * 3 / us / 1e3 / copy:.0%} of copy")
+us = bench_us(lambda: x.mul(2))
+print(f"torch bf16 x*2 8192x7168: {us:.1f} us {x.numel() * 4 / us / 1e3 / copy:.0%} of copy")
+for g, ue8m0, (t, h) in itertools.product((128,), (False, True), ((8192, 7168), (16, 7168))):
     x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
     nbytes = t * h * 3 + t * h // g * 4
     row = []
-    for items, block in ((1, 256), (2, 256), (4, 256), (2, 512), (4, 128)):
-        fam.ITEMS, fam.BLOCK = items, block
+    for items, block, waves in ((2, 256, 0), (2, 256, 1), (2, 256, 2), (4, 256, 1), (1, 256, 2),
+                                (2, 512, 1), (4, 128, 2)):
+        fam.ITEMS, fam.BLOCK, fam.GRID_WAVES = items, block, waves
         ops.quant._launchers.clear()
         dispatch._loaded.clear()
-        us = bench_us(lambda: ops.per_token_group_quant_fp8(x, g))
-        row.append(f"i{items}b{block}: {us:6.1f}us {nbytes / us / 1e3 / copy:4.0%}")
-    print(f"G={g} {t}x{h}: " + "  ".join(row))
+        us = bench_us(lambda: ops.per_token_group_quant_fp8(x, g, ue8m0=ue8m0))
+        row.append(f"i{items}b{block}w{waves}: {us:5.1f}us {nbytes / us / 1e3 / copy:4.0%}")
+    print(f"G={g} ue8m0={ue8m0:d} {t}x{h}: " + " ".join(row))

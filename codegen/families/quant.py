@@ -9,10 +9,12 @@ from ..spec import Variant
 DTYPES = {"bf16": (0, 2), "fp16": (1, 2), "fp32": (2, 4)}
 BLOCK = 256
 ITEMS = 2
+GRID_WAVES = 0   # grid cap in multiples of the resident blocks (0: one block per batch)
 
-# launcher(x, q, scales, num_groups, groups_per_row, x_row_stride_bytes, scale_col_stride, stream)
+# launcher(x, q, scales, num_groups, groups_per_row, x_row_stride_bytes, scale_col_stride,
+#          grid_waves, stream)
 ARGTYPES = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
-            ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
 
 
 def vec(dtype: str) -> int:

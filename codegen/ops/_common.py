@@ -34,3 +34,4 @@ def stream(t: torch.Tensor) -> int:
 def check_rc(rc: int, what: str) -> None:
     if rc != 0:
         raise RuntimeError(f"{what}: kernel launch failed with GPU runtime error {rc}")
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ..dispatch import Unsupported, kernel, variant_for
+from ..families import quant as fam
 from ..targets import get_target
 from ._common import DTYPE_NAMES, LIB, arch, check_rc, check_tensor, stream
 
@@ -39,7 +40,7 @@ _launchers: dict[tuple, object] = {}
 
 
 def _launcher(x, group_size, scale_layout, ue8m0, fp8_max):
-    key = (x.device.index, x.dtype, group_size, scale_layout, ue8m0, fp8_max)
+    key = (x.device, x.dtype, group_size, scale_layout, ue8m0, fp8_max)
     fn = _launchers.get(key)
     if fn is None:
         v = variant_for("group_quant_fp8", arch(x), dtype=DTYPE_NAMES[x.dtype],
@@ -57,7 +58,8 @@ def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
         return q, s
     fn, uri = _launcher(x, group_size, scale_layout, ue8m0, fp8_max)
     rc = fn(x.data_ptr(), q.data_ptr(), s.data_ptr(), t * (h // group_size), h // group_size,
-            x.stride(0) * x.element_size(), scale_col_stride(t, scale_layout), stream(x))
+            x.stride(0) * x.element_size(), scale_col_stride(t, scale_layout),
+            fam.GRID_WAVES, stream(x))
     check_rc(rc, uri)
     return q, s
 
@@ -101,6 +103,9 @@ def check_group(h: int, group_size: int, scale_layout: str) -> None:
         raise ValueError(f"scale_layout: {scale_layout!r}; expected one of {SCALE_LAYOUTS}")
 
 
+_plans: dict[tuple, tuple[torch.dtype, float]] = {}
+
+
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
                               scale_layout: str = "row", ue8m0: bool = False,
                               fp8_dtype: torch.dtype | None = None,
@@ -113,9 +118,15 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     ue8m0: round each scale up to a power of two. fp8_dtype / fp8_max: default to the device's
     format (e4m3fnuz / 224 on gfx942, where 240 is also offered; e4m3fn / 448 elsewhere).
     """
-    check_tensor("x", x, ndim=2)
-    check_group(x.shape[1], group_size, scale_layout)
-    dtype, fmax = resolve_fp8(x, fp8_dtype, fp8_max)
+    # Per-call checks are the shape-dependent ones; the rest is checked once per plan key.
+    key = (x.dtype, x.device, group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
+    plan = _plans.get(key) if isinstance(x, torch.Tensor) else None
+    if plan is None or x.dim() != 2 or x.shape[1] % group_size or (
+            x.stride(1) != 1 and x.shape[1] > 1):
+        check_tensor("x", x, ndim=2)
+        check_group(x.shape[1], group_size, scale_layout)
+        plan = _plans[key] = resolve_fp8(x, fp8_dtype, fp8_max)
+    dtype, fmax = plan
     if torch.compiler.is_compiling():
         return torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout,
                                                            bool(ue8m0), fmax, dtype)

@@ -60,4 +60,19 @@ CG_DEVICE uint32_t cvt_pk4_fp8(float a, float b, float c, float d) {
 }
 #endif
 
+// Blocks of `kernel` resident on the current device at once (cached per device).
+template <typename Kernel>
+inline int64_t resident_blocks(Kernel kernel, int block) {
+  static int64_t cache[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  if (!cache[dev]) {
+    int sms = 0, per_sm = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0);
+    cache[dev] = int64_t(sms) * per_sm;
+  }
+  return cache[dev];
+}
+
 }  // namespace cg

@@ -42,4 +42,19 @@ CG_DEVICE uint32_t cvt_pk4_fp8(float a, float b, float c, float d) {
 }
 #endif
 
+// Blocks of `kernel` resident on the current device at once (cached per device).
+template <typename Kernel>
+inline int64_t resident_blocks(Kernel kernel, int block) {
+  static int64_t cache[64] = {};
+  int dev = 0;
+  if (hipGetDevice(&dev) != hipSuccess || dev < 0 || dev >= 64) return 0;
+  if (!cache[dev]) {
+    int cus = 0, per_cu = 0;
+    hipDeviceGetAttribute(&cus, hipDeviceAttributeMultiprocessorCount, dev);
+    hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_cu, kernel, block, 0);
+    cache[dev] = int64_t(cus) * per_cu;
+  }
+  return cache[dev];
+}
+
 }  // namespace cg

@@ -47,15 +47,13 @@ CG_DEVICE float clamp_fp8(float v) {
   return v > CG_FP8_MAX ? CG_FP8_MAX : (v < -CG_FP8_MAX ? -CG_FP8_MAX : v);
 }
 
-// x / scale, correctly rounded as far as the fp8 result can tell. y = x * (1/scale) is within
-// two fp32 ulps of the IEEE quotient; the two can only round to different fp8 values when a
-// rounding boundary of fp8 lies between them. Those boundaries (midpoints between fp8 values,
-// and fp8 values themselves at binade edges) have at most 5 significant bits, so their low 19
-// mantissa bits are zero: when y is within 4 ulps of such a number, divide exactly instead.
-CG_DEVICE float div_for_fp8(float x, float scale, float inv) {
-  const float y = x * inv;
-  const uint32_t low = (float_to_bits(y) + 4u) & 0x7ffffu;
-  return low < 8u ? div_rn(x, scale) : y;
+// y = x * (1/scale) is within two fp32 ulps of the IEEE quotient x / scale; the two can only
+// round to different fp8 values when a rounding boundary of fp8 lies between them. Those
+// boundaries (midpoints between fp8 values, and fp8 values at binade edges) have at most 5
+// significant bits, so their low 19 mantissa bits are zero. near_fp8_boundary(y) says y is
+// within 4 ulps of such a number; only then does the exact quotient need computing.
+CG_DEVICE bool near_fp8_boundary(float y) {
+  return ((float_to_bits(y) + 4u) & 0x7ffffu) < 8u;
 }
 
 // N values per lane, TPG lanes (an aligned segment of a wave) form one group.
@@ -74,14 +72,17 @@ CG_DEVICE float quantize_group(const float (&v)[N], uint32_t (&out)[N / 4]) {
   if constexpr (UE8M0) scale = pow2_ceil(scale);
   // 1/scale is exact for a power-of-two scale, so x * inv is then exactly x / scale.
   const float inv = div_rn(1.0f, scale);
+  float d[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    d[i] = v[i] * inv;
+    if (!UE8M0 && near_fp8_boundary(d[i])) d[i] = div_rn(v[i], scale);   // rare
+  }
 #pragma unroll
   for (int i = 0; i < N; i += 4) {
     float q[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float d = UE8M0 ? v[i + j] * inv : div_for_fp8(v[i + j], scale, inv);
-      q[j] = CG_FP8_CVT_CLAMPS ? d : clamp_fp8(d);
-    }
+    for (int j = 0; j < 4; ++j) q[j] = CG_FP8_CVT_CLAMPS ? d[i + j] : clamp_fp8(d[i + j]);
     out[i / 4] = cvt_pk4_fp8(q[0], q[1], q[2], q[3]);
   }
   return scale;
