@@ -8,8 +8,10 @@ from ..spec import Variant
 # dtype -> (template KIND, bytes per element)
 DTYPES = {"bf16": (0, 2), "fp16": (1, 2), "fp32": (2, 4)}
 BLOCK = 256
-ITEMS = 2
-GRID_WAVES = 0   # grid cap in multiples of the resident blocks (0: one block per batch)
+ITEMS = 1
+LOADS = 2        # 16-byte loads per lane and group (more: fewer lanes per group)
+EXACT_DIV_PER_LANE = True  # one boundary test per lane instead of per value
+GRID_WAVES = 2   # grid cap in multiples of the resident blocks (0: one block per batch)
 
 # launcher(x, q, scales, num_groups, groups_per_row, x_row_stride_bytes, scale_col_stride,
 #          grid_waves, stream)
@@ -21,8 +23,14 @@ def vec(dtype: str) -> int:
     return 16 // DTYPES[dtype][1]
 
 
+def loads(v: Variant) -> int:
+    """16-byte loads per lane: LOADS where the group is big enough, else 1."""
+    n = vec(v["dtype"])
+    return LOADS if v["group_size"] % (n * LOADS) == 0 else 1
+
+
 def validate(v: Variant) -> str | None:
-    g, n = v["group_size"], vec(v["dtype"])
+    g, n = v["group_size"], vec(v["dtype"]) * loads(v)
     if g % n:
         return f"group_size={g} is not a multiple of the {n}-element vector of {v['dtype']}"
     if g // n > v.target.wave_size:
@@ -33,7 +41,9 @@ def validate(v: Variant) -> str | None:
 def context(v: Variant) -> dict:
     kind, _ = DTYPES[v["dtype"]]
     n = vec(v["dtype"])
-    return dict(kind=kind, group_size=v["group_size"], vec=n, tpg=v["group_size"] // n,
+    return dict(kind=kind, group_size=v["group_size"], vec=n, loads=loads(v),
+                tpg=v["group_size"] // (n * loads(v)),
+                exact_div_per_lane=int(EXACT_DIV_PER_LANE),
                 block=BLOCK, items=ITEMS, ue8m0=str(v["ue8m0"]).lower(),
                 col_scales=str(v["scale_layout"] != "row").lower(),
                 fp8_max=repr(float(v.fp8.max)), cvt_clamps=int(cvt_clamps(v)))

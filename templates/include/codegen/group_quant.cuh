@@ -4,6 +4,13 @@
 #pragma once
 #include "codegen/arch.h"
 
+#ifndef CG_FP8_CVT_CLAMPS
+#define CG_FP8_CVT_CLAMPS 0   // 1: the fp8 convert itself saturates at CG_FP8_MAX
+#endif
+#ifndef CG_EXACT_DIV_PER_LANE
+#define CG_EXACT_DIV_PER_LANE 1   // 1: one fp8-boundary test per lane, 0: one per value
+#endif
+
 namespace cg {
 
 // 32-bit index math where the problem allows it, 64-bit where it does not.
@@ -32,6 +39,7 @@ struct Vec16 {
 };
 
 CG_DEVICE uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
+CG_DEVICE uint32_t umin(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
 #if defined(CG_FP8_MAX)
 // Smallest power of two >= s, for positive normal s (inf and NaN pass through).
@@ -73,11 +81,25 @@ CG_DEVICE float quantize_group(const float (&v)[N], uint32_t (&out)[N / 4]) {
   // 1/scale is exact for a power-of-two scale, so x * inv is then exactly x / scale.
   const float inv = div_rn(1.0f, scale);
   float d[N];
+#if CG_EXACT_DIV_PER_LANE
+  // One test per lane: the smallest masked distance to a boundary, then one branch.
+  uint32_t nearest = 0xffffffffu;
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    d[i] = v[i] * inv;
+    nearest = umin(nearest, (float_to_bits(d[i]) + 4u) & 0x7fff8u);
+  }
+  if (!UE8M0 && nearest == 0) {  // rare (about 1 lane in 10^3)
+#pragma unroll
+    for (int i = 0; i < N; ++i) d[i] = div_rn(v[i], scale);
+  }
+#else
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     d[i] = v[i] * inv;
     if (!UE8M0 && near_fp8_boundary(d[i])) d[i] = div_rn(v[i], scale);   // rare
   }
+#endif
 #pragma unroll
   for (int i = 0; i < N; i += 4) {
     float q[4];
