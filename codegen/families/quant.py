@@ -10,7 +10,6 @@ DTYPES = {"bf16": (0, 2), "fp16": (1, 2), "fp32": (2, 4)}
 BLOCK = 256
 ITEMS = 1
 LOADS = 2        # 16-byte loads per lane and group (more: fewer lanes per group)
-EXACT_DIV_PER_LANE = True  # one boundary test per lane instead of per value
 GRID_WAVES = 2   # grid cap in multiples of the resident blocks (0: one block per batch)
 
 # launcher(x, q, scales, num_groups, groups_per_row, x_row_stride_bytes, scale_col_stride,
@@ -43,7 +42,6 @@ def context(v: Variant) -> dict:
     n = vec(v["dtype"])
     return dict(kind=kind, group_size=v["group_size"], vec=n, loads=loads(v),
                 tpg=v["group_size"] // (n * loads(v)),
-                exact_div_per_lane=int(EXACT_DIV_PER_LANE),
                 block=BLOCK, items=ITEMS, ue8m0=str(v["ue8m0"]).lower(),
                 col_scales=str(v["scale_layout"] != "row").lower(),
                 fp8_max=repr(float(v.fp8.max)), cvt_clamps=int(cvt_clamps(v)))

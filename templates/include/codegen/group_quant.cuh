@@ -7,9 +7,6 @@
 #ifndef CG_FP8_CVT_CLAMPS
 #define CG_FP8_CVT_CLAMPS 0   // 1: the fp8 convert itself saturates at CG_FP8_MAX
 #endif
-#ifndef CG_EXACT_DIV_PER_LANE
-#define CG_EXACT_DIV_PER_LANE 1   // 1: one fp8-boundary test per lane, 0: one per value
-#endif
 
 namespace cg {
 
@@ -55,51 +52,64 @@ CG_DEVICE float clamp_fp8(float v) {
   return v > CG_FP8_MAX ? CG_FP8_MAX : (v < -CG_FP8_MAX ? -CG_FP8_MAX : v);
 }
 
-// y = x * (1/scale) is within two fp32 ulps of the IEEE quotient x / scale; the two can only
-// round to different fp8 values when a rounding boundary of fp8 lies between them. Those
-// boundaries (midpoints between fp8 values, and fp8 values at binade edges) have at most 5
-// significant bits, so their low 19 mantissa bits are zero. near_fp8_boundary(y) says y is
-// within 4 ulps of such a number; only then does the exact quotient need computing.
-CG_DEVICE bool near_fp8_boundary(float y) {
-  return ((float_to_bits(y) + 4u) & 0x7ffffu) < 8u;
-}
+// The quotient x / scale is taken as y = x * inv with inv ~ 1/scale (hardware reciprocal,
+// within 1 ulp), so y is within 4 fp32 ulps of the IEEE quotient. Both round to the same fp8
+// value unless an fp8 rounding boundary lies between them. Those boundaries (midpoints between
+// fp8 values, and fp8 values at binade edges) have at most 5 significant bits: their low 19
+// mantissa bits are zero. boundary_distance(y) is 0 when y is within 8 ulps of one; only then
+// is the exact IEEE quotient computed.
+CG_DEVICE uint32_t boundary_distance(float y) { return (float_to_bits(y) + 8u) & 0x7fff0u; }
 
-// N values per lane, TPG lanes (an aligned segment of a wave) form one group.
-// Writes N fp8 bytes as N/4 words and returns the group's scale (same in every lane).
-template <int TPG, int N, bool UE8M0>
-CG_DEVICE float quantize_group(const float (&v)[N], uint32_t (&out)[N / 4]) {
-  // amax as the largest bit pattern of |v|: for non-negative floats the integer order is the
-  // float order, and a NaN (above +inf) propagates, like torch's amax.
+// Largest |value| of a lane, as the bit pattern of a float: for non-negative floats the integer
+// order is the float order, and a NaN (above +inf) propagates, like torch's amax.
+template <int N>
+CG_DEVICE uint32_t amax_bits(const float (&v)[N]) {
   uint32_t m = 0;
 #pragma unroll
   for (int i = 0; i < N; ++i) m = umax(m, float_to_bits(v[i]) & 0x7fffffffu);
+  return m;
+}
+
+// The same from packed 16-bit inputs (KIND 0 bf16, 1 fp16), two values per instruction.
+template <int KIND, int W>
+CG_DEVICE uint32_t amax_bits_16(const uint32_t (&w)[W]) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < W; ++i) m = umax16x2(m, w[i] & 0x7fff7fffu);
+  const uint16_t h = uint16_t(umax(m & 0xffffu, m >> 16));
+  return KIND == 0 ? uint32_t(h) << 16 : float_to_bits(f16_to_float(h));
+}
+
+// N values per lane, TPG lanes (an aligned segment of a wave) form one group; lane_amax is the
+// lane's amax_bits. Writes N fp8 bytes as N/4 words; returns the group's scale (every lane).
+template <int TPG, int N, bool UE8M0>
+CG_DEVICE float quantize_group_amax(const float (&v)[N], uint32_t lane_amax,
+                                    uint32_t (&out)[N / 4]) {
+  uint32_t m = lane_amax;
 #pragma unroll
   for (int off = TPG / 2; off > 0; off >>= 1) m = umax(m, shfl_xor_u32<TPG>(m, off));
   m = umax(m, float_to_bits(1e-10f));
   float scale = div_rn(bits_to_float(m), CG_FP8_MAX);
-  if constexpr (UE8M0) scale = pow2_ceil(scale);
-  // 1/scale is exact for a power-of-two scale, so x * inv is then exactly x / scale.
-  const float inv = div_rn(1.0f, scale);
   float d[N];
-#if CG_EXACT_DIV_PER_LANE
-  // One test per lane: the smallest masked distance to a boundary, then one branch.
-  uint32_t nearest = 0xffffffffu;
+  if constexpr (UE8M0) {
+    // A power-of-two scale: its reciprocal is exact (exponent negated), so is x * inv.
+    scale = pow2_ceil(scale);
+    const float inv = bits_to_float((254u << 23) - float_to_bits(scale));
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    d[i] = v[i] * inv;
-    nearest = umin(nearest, (float_to_bits(d[i]) + 4u) & 0x7fff8u);
-  }
-  if (!UE8M0 && nearest == 0) {  // rare (about 1 lane in 10^3)
+    for (int i = 0; i < N; ++i) d[i] = v[i] * inv;
+  } else {
+    const float inv = rcp_approx(scale);
+    uint32_t nearest = 0xffffffffu;
 #pragma unroll
-    for (int i = 0; i < N; ++i) d[i] = div_rn(v[i], scale);
-  }
-#else
+    for (int i = 0; i < N; ++i) {
+      d[i] = v[i] * inv;
+      nearest = umin(nearest, boundary_distance(d[i]));
+    }
+    if (nearest == 0) {  // rare: about one lane in 2000
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    d[i] = v[i] * inv;
-    if (!UE8M0 && near_fp8_boundary(d[i])) d[i] = div_rn(v[i], scale);   // rare
+      for (int i = 0; i < N; ++i) d[i] = div_rn(v[i], scale);
+    }
   }
-#endif
 #pragma unroll
   for (int i = 0; i < N; i += 4) {
     float q[4];
@@ -108,6 +118,12 @@ CG_DEVICE float quantize_group(const float (&v)[N], uint32_t (&out)[N / 4]) {
     out[i / 4] = cvt_pk4_fp8(q[0], q[1], q[2], q[3]);
   }
   return scale;
+}
+
+// quantize_group_amax with the lane's amax taken from v.
+template <int TPG, int N, bool UE8M0>
+CG_DEVICE float quantize_group(const float (&v)[N], uint32_t (&out)[N / 4]) {
+  return quantize_group_amax<TPG, N, UE8M0>(v, amax_bits(v), out);
 }
 #endif
 
