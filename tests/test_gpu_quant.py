@@ -72,13 +72,16 @@ def test_empty_and_large():
     run_and_check(x, 128, "row", False)
 
 
-def test_nan_and_inf_follow_reference():
-    x = rows_with_spread(8, 256, torch.float32)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("ue8m0", [False, True])
+def test_nan_and_inf_follow_reference(dtype, ue8m0):
+    x = rows_with_spread(8, 256, DTYPES[dtype])
     x[0, 5] = float("nan")
     x[1, 200] = float("inf")
+    x[2, 7] = -float("inf")
     fp8_dtype, fmax = fp8_info()
-    q, s = ops.per_token_group_quant_fp8(x, 128)
-    rq, rs = reference.group_quant_fp8(x, 128, fp8_dtype, fmax)
+    q, s = ops.per_token_group_quant_fp8(x, 128, ue8m0=ue8m0)
+    rq, rs = reference.group_quant_fp8(x, 128, fp8_dtype, fmax, ue8m0)
     assert torch.isnan(s[0, 0]) and torch.isinf(s[1, 1])
     # NaN bytes may differ in sign between the reference and the hardware: compare as floats
     torch.testing.assert_close(q.float(), rq.float(), equal_nan=True, rtol=0, atol=0)

@@ -93,8 +93,10 @@ CG_DEVICE float quantize_group_amax(const float (&v)[N], uint32_t lane_amax,
   float d[N];
   if constexpr (UE8M0) {
     // A power-of-two scale: its reciprocal is exact (exponent negated), so is x * inv.
+    // An inf / NaN scale (inf / NaN in the group) takes the IEEE path: 1/inf = 0.
     scale = pow2_ceil(scale);
-    const float inv = bits_to_float((254u << 23) - float_to_bits(scale));
+    const uint32_t sb = float_to_bits(scale);
+    const float inv = (sb >> 23) >= 0xffu ? div_rn(1.0f, scale) : bits_to_float((254u << 23) - sb);
 #pragma unroll
     for (int i = 0; i < N; ++i) d[i] = v[i] * inv;
   } else {
