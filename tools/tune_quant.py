@@ -22,11 +22,11 @@ for g, ue8m0, (t, h) in itertools.product((128,), (False, True), ((8192, 7168), 
     x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
     nbytes = t * h * 3 + t * h // g * 4
     row = []
-    for items, loads, waves in ((2, 1, 0), (1, 2, 0), (1, 2, 2), (2, 2, 2), (1, 2, 4), (2, 1, 2),
-                                (1, 4, 2)):
-        fam.ITEMS, fam.LOADS, fam.GRID_WAVES = items, loads, waves
+    for items, loads, waves, mb in ((1, 2, 2, 0), (1, 2, 2, 5), (1, 2, 4, 5), (1, 2, 4, 0),
+                                    (2, 1, 2, 5), (2, 1, 0, 5), (1, 2, 0, 5)):
+        fam.ITEMS, fam.LOADS, fam.GRID_WAVES, fam.MIN_BLOCKS = items, loads, waves, mb
         ops.quant._launchers.clear()
         dispatch._loaded.clear()
         us = bench_us(lambda: ops.per_token_group_quant_fp8(x, g, ue8m0=ue8m0))
-        row.append(f"i{items}l{loads}w{waves}: {us:5.1f}us {nbytes / us / 1e3 / copy:4.0%}")
+        row.append(f"i{items}l{loads}w{waves}m{mb}: {us:5.1f}us {nbytes / us / 1e3 / copy:4.0%}")
     print(f"G={g} ue8m0={ue8m0:d} {t}x{h}: " + " ".join(row))
