@@ -90,6 +90,94 @@ def quant_section(copy_gbs: float, empty_us: float, quick: bool) -> list[dict]:
     return results
 
 
+def _torch_rmsnorm(x, w, eps=1e-6):
+    """The peer: RMSNorm as models write it in PyTorch (vLLM's forward_native)."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def _torch_add_rmsnorm(x, r, w, eps=1e-6):
+    r = x + r
+    return _torch_rmsnorm(r, w, eps), r
+
+
+def _torch_rmsnorm_quant(x, w, fp8_dtype, fmax, g=128, eps=1e-6):
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+    yg = y.reshape(y.shape[0], -1, g)
+    s = yg.abs().amax(-1, keepdim=True).clamp_min(1e-10) / fmax
+    return (yg / s).clamp(-fmax, fmax).to(fp8_dtype).reshape(y.shape), s.squeeze(-1)
+
+
+def rmsnorm_section(copy_gbs: float, quick: bool) -> list[dict]:
+    ts = [1, 16, 256, 4096, 16384] if not quick else [16, 4096]
+    hs = [1536, 4096, 7168, 8192] if not quick else [7168]
+    results = []
+    peer_norm, peer_add = torch.compile(_torch_rmsnorm), torch.compile(_torch_add_rmsnorm)
+    for h in hs:
+        w = torch.randn(h, device="cuda").to(torch.bfloat16)
+        for t in ts:
+            x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
+            r = torch.randn(t, h, device="cuda").to(torch.bfloat16)
+            if t > 1:
+                torch._dynamo.mark_dynamic(x, 0)
+                torch._dynamo.mark_dynamic(r, 0)
+            for op, nbytes, ours, peer in (
+                    ("rmsnorm", 2 * t * h * 2, lambda: ops.rmsnorm(x, w),
+                     lambda: peer_norm(x, w)),
+                    ("fused_add_rmsnorm", 4 * t * h * 2, lambda: ops.fused_add_rmsnorm(x, r, w),
+                     lambda: peer_add(x, r, w))):
+                us, pus = bench_us(ours), bench_us(peer)
+                results.append(dict(op=op, t=t, h=h, us=us, compile_us=pus,
+                                    gbs=nbytes / us / 1e3, copy_frac=nbytes / us / 1e3 / copy_gbs,
+                                    vs_compile=pus / us))
+    table("rmsnorm / fused_add_rmsnorm, bf16 (GB/s = bytes moved / time)",
+          ["op", "T", "H", "ours us", "GB/s", "of copy", "compile us", "x compile"],
+          [[r["op"], r["t"], r["h"], r["us"], r["gbs"], f"{r['copy_frac']:.0%}",
+            r["compile_us"], r["vs_compile"]] for r in results])
+    return results
+
+
+def rmsnorm_quant_section(copy_gbs: float) -> list[dict]:
+    fp8_dtype = ops.per_token_group_quant_fp8(torch.ones(1, 128, device="cuda"))[0].dtype
+    fmax = 224.0 if fp8_dtype == torch.float8_e4m3fnuz else 448.0
+    results = []
+    peer = torch.compile(_torch_rmsnorm_quant)
+    for t, h in ((4096, 7168), (16384, 7168), (4096, 4096)):
+        x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
+        w = torch.randn(h, device="cuda").to(torch.bfloat16)
+        nbytes = t * h * 2 + t * h + t * (h // 128) * 4
+        us = bench_us(lambda: ops.rmsnorm_group_quant(x, w, 1e-6, 128))
+        pus = bench_us(lambda: peer(x, w, fp8_dtype, fmax))
+        results.append(dict(op="rmsnorm_group_quant", t=t, h=h, us=us, compile_us=pus,
+                            gbs=nbytes / us / 1e3, copy_frac=nbytes / us / 1e3 / copy_gbs,
+                            vs_compile=pus / us))
+    table("rmsnorm_group_quant, bf16 in, G=128",
+          ["T", "H", "ours us", "GB/s", "of copy", "compile us", "x compile"],
+          [[r["t"], r["h"], r["us"], r["gbs"], f"{r['copy_frac']:.0%}", r["compile_us"],
+            r["vs_compile"]] for r in results])
+
+    dual = []
+    for t in (1, 16, 64, 256):
+        for g in (128, 64):
+            q = torch.randn(t, 1536, device="cuda").to(torch.bfloat16)
+            kv = torch.randn(t, 512, device="cuda").to(torch.bfloat16)
+            qw = torch.randn(1536, device="cuda").to(torch.bfloat16)
+            kw = torch.randn(512, device="cuda").to(torch.bfloat16)
+            one = bench_us(lambda: ops.dual_rmsnorm_group_quant(q, qw, kv, kw, 1e-6, g))
+
+            def two():
+                ops.rmsnorm_group_quant(q, qw, 1e-6, g)
+                ops.rmsnorm(kv, kw)
+            sep = bench_us(two)
+            dual.append(dict(op="dual_rmsnorm_group_quant", t=t, g=g, us=one, separate_us=sep,
+                             speedup=sep / one))
+    table("dual_rmsnorm_group_quant (q 1536 + kv 512, bf16): one launch vs two",
+          ["T", "G", "one launch us", "two launches us", "speedup"],
+          [[r["t"], r["g"], r["us"], r["separate_us"], r["speedup"]] for r in dual])
+    return results + dual
+
+
 def host_overhead() -> dict:
     """Wall time per call with the GPU kept busy elsewhere: our op vs a bare launch."""
     x = torch.randn(1, 1536, device="cuda").to(torch.bfloat16)
@@ -142,7 +230,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     ap.add_argument("--json", help="write all figures here")
-    ap.add_argument("--sections", default="jit,overhead,quant")
+    ap.add_argument("--sections", default="jit,overhead,quant,rmsnorm,rmsnorm_quant")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench: no GPU visible; nothing to measure", file=sys.stderr)
@@ -161,6 +249,10 @@ def main(argv=None) -> int:
         out["overhead"] = host_overhead()
     if "quant" in sections:
         out["quant"] = quant_section(out["copy_gbs"], out["empty_kernel_us"], args.quick)
+    if "rmsnorm" in sections:
+        out["rmsnorm"] = rmsnorm_section(out["copy_gbs"], args.quick)
+    if "rmsnorm_quant" in sections:
+        out["rmsnorm_quant"] = rmsnorm_quant_section(out["copy_gbs"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
