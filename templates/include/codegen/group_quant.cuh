@@ -80,46 +80,67 @@ CG_DEVICE uint32_t amax_bits_16(const uint32_t (&w)[W]) {
   return KIND == 0 ? uint32_t(h) << 16 : float_to_bits(f16_to_float(h));
 }
 
-// N values per lane, TPG lanes (an aligned segment of a wave) form one group; lane_amax is the
-// lane's amax_bits. Writes N fp8 bytes as N/4 words; returns the group's scale (every lane).
-template <int TPG, int N, bool UE8M0>
-CG_DEVICE float quantize_group_amax(const float (&v)[N], uint32_t lane_amax,
-                                    uint32_t (&out)[N / 4]) {
+// The values of one lane, read on demand: src(i) for i < N. Reading them where they are used
+// (rather than holding an array) lets the rare exact path re-read them instead of keeping
+// them all live, which keeps register use and so occupancy where the fast path needs it.
+template <int N>
+struct FloatSource {
+  const float (&v)[N];
+  CG_DEVICE float operator()(int i) const { return v[i]; }
+};
+
+// 16-bit inputs (KIND 0 bf16, 1 fp16) straight from W packed words.
+template <int KIND, int W>
+struct PackedSource {
+  const uint32_t (&w)[W];
+  CG_DEVICE float operator()(int i) const {
+    const uint16_t h = uint16_t(i & 1 ? w[i / 2] >> 16 : w[i / 2] & 0xffffu);
+    return KIND == 0 ? bf16_to_float(h) : f16_to_float(h);
+  }
+};
+
+// N values per lane (src), TPG lanes (an aligned segment of a wave) form one group; lane_amax
+// is the lane's amax_bits. Writes N fp8 bytes as N/4 words; returns the group's scale.
+template <int TPG, int N, bool UE8M0, typename Source>
+CG_DEVICE float quantize_group_src(const Source& src, uint32_t lane_amax,
+                                   uint32_t (&out)[N / 4]) {
   uint32_t m = lane_amax;
 #pragma unroll
   for (int off = TPG / 2; off > 0; off >>= 1) m = umax(m, shfl_xor_u32<TPG>(m, off));
   m = umax(m, float_to_bits(1e-10f));
   float scale = div_rn(bits_to_float(m), CG_FP8_MAX);
-  float d[N];
+  // Quotients are converted four at a time as they are made, so none stays live longer.
+  auto convert = [&](float inv, bool exact) {
+    uint32_t nearest = 0xffffffffu;
+#pragma unroll
+    for (int i = 0; i < N; i += 4) {
+      float q[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float d = exact ? div_rn(src(i + j), scale) : src(i + j) * inv;
+        nearest = umin(nearest, boundary_distance(d));
+        q[j] = CG_FP8_CVT_CLAMPS ? d : clamp_fp8(d);
+      }
+      out[i / 4] = cvt_pk4_fp8(q[0], q[1], q[2], q[3]);
+    }
+    return nearest;
+  };
   if constexpr (UE8M0) {
     // A power-of-two scale: its reciprocal is exact (exponent negated), so is x * inv.
     // An inf / NaN scale (inf / NaN in the group) takes the IEEE path: 1/inf = 0.
     scale = pow2_ceil(scale);
     const uint32_t sb = float_to_bits(scale);
-    const float inv = (sb >> 23) >= 0xffu ? div_rn(1.0f, scale) : bits_to_float((254u << 23) - sb);
-#pragma unroll
-    for (int i = 0; i < N; ++i) d[i] = v[i] * inv;
-  } else {
-    const float inv = rcp_approx(scale);
-    uint32_t nearest = 0xffffffffu;
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      d[i] = v[i] * inv;
-      nearest = umin(nearest, boundary_distance(d[i]));
-    }
-    if (nearest == 0) {  // rare: about one lane in 2000
-#pragma unroll
-      for (int i = 0; i < N; ++i) d[i] = div_rn(v[i], scale);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < N; i += 4) {
-    float q[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) q[j] = CG_FP8_CVT_CLAMPS ? d[i + j] : clamp_fp8(d[i + j]);
-    out[i / 4] = cvt_pk4_fp8(q[0], q[1], q[2], q[3]);
+    convert((sb >> 23) >= 0xffu ? div_rn(1.0f, scale) : bits_to_float((254u << 23) - sb), false);
+  } else if (convert(rcp_approx(scale), false) == 0) {
+    convert(0.0f, true);  // rare (about one lane in 2000): a quotient is near an fp8 boundary
   }
   return scale;
+}
+
+template <int TPG, int N, bool UE8M0>
+CG_DEVICE float quantize_group_amax(const float (&v)[N], uint32_t lane_amax,
+                                    uint32_t (&out)[N / 4]) {
+  return quantize_group_src<TPG, N, UE8M0>(FloatSource<N>{v}, lane_amax, out);
 }
 
 // quantize_group_amax with the lane's amax taken from v.
