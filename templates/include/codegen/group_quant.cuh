@@ -14,27 +14,6 @@ namespace cg {
 template <bool WIDE> struct IndexType { using type = uint32_t; };
 template <> struct IndexType<true> { using type = int64_t; };
 
-// 16 bytes of input as floats.
-template <int KIND>  // 0 = bf16, 1 = fp16, 2 = fp32
-struct Vec16 {
-  static constexpr int N = KIND == 2 ? 4 : 8;
-  float v[N];
-  CG_DEVICE void unpack(uint4 raw) {
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    if constexpr (KIND == 2) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) v[i] = bits_to_float(w[i]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint16_t lo = uint16_t(w[i] & 0xffffu), hi = uint16_t(w[i] >> 16);
-        v[2 * i] = KIND == 0 ? bf16_to_float(lo) : f16_to_float(lo);
-        v[2 * i + 1] = KIND == 0 ? bf16_to_float(hi) : f16_to_float(hi);
-      }
-    }
-  }
-};
-
 CG_DEVICE uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
 CG_DEVICE uint32_t umin(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
