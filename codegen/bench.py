@@ -216,7 +216,7 @@ print(t2 - t1)
 def jit_section() -> dict:
     """Cold build of one module, then first call in a fresh process with the cache warm."""
     with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, CODEGEN_CACHE_DIR=d)
+        env = dict(os.environ, CODEGEN_CACHE_DIR=d, CODEGEN_AOT_DIR=d)
         run = lambda: float(subprocess.run([sys.executable, "-c", JIT_SNIPPET], env=env,
                                            check=True, capture_output=True, text=True).stdout)
         cold, warm = run(), run()

@@ -19,6 +19,11 @@ def cache_dir() -> Path:
     return base / "codegen"
 
 
+def aot_dir() -> Path | None:
+    """CODEGEN_AOT_DIR: where build.py's modules are looked up first (default generated/)."""
+    return _path("CODEGEN_AOT_DIR")
+
+
 def rocm_path() -> Path | None:
     """ROCM_PATH: a ROCm install; its hipcc/amdclang++ build loadable modules for gfx targets."""
     return _path("ROCM_PATH")

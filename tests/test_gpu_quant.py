@@ -146,7 +146,7 @@ def test_eight_processes_cold_cache(tmp_path):
     import subprocess
     import sys
 
-    env = dict(os.environ, CODEGEN_CACHE_DIR=str(tmp_path))
+    env = dict(os.environ, CODEGEN_CACHE_DIR=str(tmp_path), CODEGEN_AOT_DIR=str(tmp_path / "aot"))
     procs = [subprocess.Popen([sys.executable, "-c", JIT_SNIPPET], env=env, text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)]
     outs = [p.communicate(timeout=300) for p in procs]

@@ -91,7 +91,7 @@ def module_path(variant: Variant) -> Path:
 
 
 def _aot_module(variant: Variant, key: str) -> Path | None:
-    d = GENERATED / variant.arch
+    d = (knobs.aot_dir() or GENERATED) / variant.arch
     so, keyfile = d / f"{variant.uri}.so", d / f"{variant.uri}.key"
     if so.exists() and keyfile.exists() and keyfile.read_text().strip() == key:
         return so
