@@ -34,3 +34,60 @@ def group_quant_fp8(x: torch.Tensor, group_size: int, fp8_dtype: torch.dtype, fp
         scale = pow2_ceil(scale)
     q = (xg / scale).clamp(-fp8_max, fp8_max).to(fp8_dtype)
     return q.reshape(t, h), scale.reshape(t, h // group_size)
+
+
+# ---- RMSNorm family (NUMERICS.md, "RMSNorm family") ----
+# Divisions below are by full tensors: torch divides a CUDA tensor by a Python scalar as a
+# multiplication by its reciprocal, which is not the IEEE quotient.
+
+def rms_scale(xf: torch.Tensor, eps: float) -> torch.Tensor:
+    """1 / sqrt(mean(x^2) + eps) per row of fp32 x, as [T, 1]: sum / H and 1 / sqrt with IEEE
+    division, sqrt correctly rounded (what the kernels do; torch.rsqrt would be within ulps)."""
+    ss = (xf * xf).sum(dim=-1, keepdim=True)
+    ms = ss / torch.full_like(ss, xf.shape[-1])
+    d = torch.sqrt(ms + eps)
+    return torch.ones_like(d) / d
+
+
+def rmsnorm_fp32(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """The normalized values before rounding: x_f32 * rms_scale * w_f32 (in that order)."""
+    xf = x.float()
+    return (xf * rms_scale(xf, eps)) * weight.float()
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """y = dtype(x_f32 * rsqrt(mean(x_f32^2) + eps) * w_f32), one rounding at the end."""
+    return rmsnorm_fp32(x, weight, eps).to(x.dtype)
+
+
+def residual_add(x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """r = dtype(x + residual): the fp32 sum rounded once (what torch's x + residual does)."""
+    return (x.float() + residual.float()).to(x.dtype)
+
+
+def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                      eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, r): r = dtype(x + residual) (the op writes it into residual), y = rmsnorm(r)."""
+    r = residual_add(x, residual)
+    return rmsnorm(r, weight, eps), r
+
+
+def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float, group_size: int,
+                        fp8_dtype: torch.dtype, fp8_max: float, ue8m0: bool = False,
+                        residual: torch.Tensor | None = None):
+    """(q, scales, y, r): the fp32 normalized values group-quantized (row-major scales), y
+    their dtype rounding, r the updated residual (None without one)."""
+    r = None
+    if residual is not None:
+        x = r = residual_add(x, residual)
+    yf = rmsnorm_fp32(x, weight, eps)
+    q, s = group_quant_fp8(yf, group_size, fp8_dtype, fp8_max, ue8m0)
+    return q, s, yf.to(x.dtype), r
+
+
+def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.Tensor,
+                             kv_weight: torch.Tensor, eps: float, group_size: int,
+                             fp8_dtype: torch.dtype, fp8_max: float, ue8m0: bool = False):
+    """(q_fp8, q_scales, kv_normed): rmsnorm_group_quant of q, rmsnorm of kv."""
+    qq, qs, _, _ = rmsnorm_group_quant(q, q_weight, eps, group_size, fp8_dtype, fp8_max, ue8m0)
+    return qq, qs, rmsnorm(kv, kv_weight, eps)

@@ -74,3 +74,58 @@ def test_manifest_fields(generated):
             assert re.search(r"\.amdgcn_target\s+\"amdgcn-amd-amdhsa--gfx1201",
                              (out / r["asm"]).read_text())
     assert (out / "dispatch.json").exists() and (out / "build.ninja").exists()
+
+
+# ---- RMSNorm family ----
+
+ALL_ARCHS = ["gfx942", "gfx950", "gfx1200", "gfx1201", "gfx1100", "gfx90a"]
+STORE128 = {"gfx942": "global_store_dwordx4", "gfx950": "global_store_dwordx4",
+            "gfx1200": "global_store_b128", "gfx1201": "global_store_b128",
+            "gfx1100": "global_store_b128", "gfx90a": "global_store_dwordx4"}
+NORM_QUANT = ["rmsnorm_group_quant", "dual_rmsnorm_group_quant"]
+
+
+def _resources_ok(r, arch):
+    assert r["status"] == "ok", (r["uri"], r["reason"])
+    assert r["spill_count"] == 0 and r["scratch_bytes"] == 0, (r["uri"], r["spill_count"])
+    assert r["wavefront_size"] == get_target(arch).wave_size, r["uri"]
+    assert r["occupancy"] >= 4, (r["uri"], r["vgpr_count"], r["occupancy"])
+
+
+@pytest.mark.parametrize("arch", ALL_ARCHS)
+def test_rmsnorm_isa(generated, arch):
+    out, manifest = generated(arch)
+    norm = rows(manifest, "rmsnorm")
+    assert len(norm) == 12, [r["uri"] for r in norm]
+    for r in norm:
+        _resources_ok(r, arch)
+        counts = amd_instructions(out / r["asm"], LOAD128[arch], STORE128[arch])
+        if r["params"]["load"] == "vec16":
+            # the main path reads and writes rows with 16-byte accesses
+            assert counts[LOAD128[arch]] > 0 and counts[STORE128[arch]] > 0, r["uri"]
+        else:
+            # the scalar path assumes no alignment beyond the element's
+            assert counts[LOAD128[arch]] == 0 and counts[STORE128[arch]] == 0, r["uri"]
+
+
+@pytest.mark.parametrize("arch", FP8_ARCHS)
+@pytest.mark.parametrize("op", NORM_QUANT)
+def test_rmsnorm_quant_isa(generated, arch, op):
+    out, manifest = generated(arch)
+    fused = rows(manifest, op)
+    assert fused
+    for r in fused:
+        _resources_ok(r, arch)
+        counts = amd_instructions(out / r["asm"], "v_cvt_pk_fp8_f32", LOAD128[arch])
+        assert counts["v_cvt_pk_fp8_f32"] > 0, r["uri"]
+        assert counts[LOAD128[arch]] > 0, r["uri"]
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])
+@pytest.mark.parametrize("op", NORM_QUANT)
+def test_rmsnorm_quant_refused_without_fp8(generated, arch, op):
+    _, manifest = generated(arch)
+    fused = rows(manifest, op)
+    assert fused and all(r["status"] == "skipped" for r in fused)
+    assert all("no FP8" in r["reason"] for r in fused)
+    assert not any(r["asm"] for r in fused)

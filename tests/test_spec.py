@@ -73,3 +73,65 @@ def test_occupancy_figures():
     assert get_target("gfx942").occupancy(128, 0, 256) == 4
     # 32 registers on Hopper: 64 warps per SM.
     assert get_target("sm_90a").occupancy(32, 0, 256) == 64
+
+
+# Variants each arch builds for the RMSNorm families (the ISA test compiles all of them for six
+# AMD archs on CI, so the count is a budget): rmsnorm 3 dtypes x residual x vec16/scalar;
+# rmsnorm_group_quant 2 dtypes x 2 group sizes x ue8m0 x residual per FP8 format; dual 2 x 2 x 2
+# per FP8 format. The scale layout and the row length are run-time parameters.
+NORM_FAMILIES = ["rmsnorm", "rmsnorm_group_quant", "dual_rmsnorm_group_quant"]
+NORM_COUNTS = {"gfx942": (12, 32, 16), "gfx950": (12, 16, 8), "gfx1200": (12, 16, 8),
+               "gfx1201": (12, 16, 8), "sm_90a": (12, 16, 8), "gfx1100": (12, 0, 0),
+               "gfx90a": (12, 0, 0)}
+
+
+@pytest.mark.parametrize("arch", list(NORM_COUNTS))
+def test_rmsnorm_variant_counts(arch):
+    target = get_target(arch)
+    built = []
+    for fam in NORM_FAMILIES:
+        vs = enumerate_variants(fam, target)
+        assert len({v.uri for v in vs}) == len(vs)
+        built.append(sum(validate(v) is None for v in vs))
+    assert tuple(built) == NORM_COUNTS[arch]
+    assert sum(built) <= 60
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])
+def test_rmsnorm_quant_refused_where_no_fp8(arch):
+    for fam in NORM_FAMILIES[1:]:
+        for v in enumerate_variants(fam, get_target(arch)):
+            reason = validate(v)
+            assert reason and "no FP8" in reason
+
+
+def test_rmsnorm_uris():
+    v = make_variant("rmsnorm", "gfx942", dtype="bf16", residual=True, load="vec16")
+    assert v.uri == "rmsnorm_bf16_residual_vec16"
+    v = make_variant("rmsnorm_group_quant", "gfx942", dtype="fp16", group_size=64,
+                     fp8="e4m3fnuz240", ue8m0=True, residual=True)
+    assert v.uri == "rmsnorm_group_quant_fp16_g64_e4m3fnuz240_ue8m0_residual"
+    v = make_variant("dual_rmsnorm_group_quant", "sm_90a", dtype="bf16", group_size=128,
+                     fp8="e4m3fn448", ue8m0=False)
+    assert v.uri == "dual_rmsnorm_group_quant_bf16_g128_e4m3fn448"
+
+
+def test_rmsnorm_tiers_share_threads_per_row():
+    """The sum order depends on the threads per row alone, so every dtype and family must pick
+    the same TPR for the same H (fused == unfused bit for bit, fp32 == bf16 sums)."""
+    from codegen.families.dual_rmsnorm_quant import dual_tiers, max_h
+    from codegen.families.rmsnorm import tier_for, tiers
+
+    for wave in (32, 64):
+        for h in [64, 128, 256, 264, 769, 1024, 1536, 2048, 2056, 5125, 7168, 8192, 8200,
+                  16384, 16392, 32768, 65536]:
+            tprs = {tier_for(h, d, wave).tpr for d in ("bf16", "fp16", "fp32")}
+            assert len(tprs) == 1, (wave, h, tprs)
+        for d in ("bf16", "fp16", "fp32"):
+            table = tiers(d, wave)
+            assert table[-1].two_pass and not any(t.two_pass for t in table[:-1])
+            assert all(t.block % t.tpr == 0 and t.tpr % 16 == 0 for t in table)
+        # the dual kernel's tiers are the standalone ones, up to its longest row
+        for d in ("bf16", "fp16"):
+            dual = dual_tiers(d, wave)
+            assert dual == tiers(d, wave)[:len(dual)] and max_h(d, wave) == 8192

@@ -10,6 +10,9 @@ from types import ModuleType
 
 _MODULES = {
     "group_quant_fp8": "quant",
+    "rmsnorm": "rmsnorm",
+    "rmsnorm_group_quant": "rmsnorm_quant",
+    "dual_rmsnorm_group_quant": "dual_rmsnorm_quant",
 }
 
 

@@ -1,0 +1,96 @@
+"""RMSNorm: decisions for rmsnorm.cu.j2, shared by the fused RMSNorm + FP8 quant families.
+
+Layout (see templates/include/codegen/rmsnorm.cuh): a row is cut into chunks of 8 elements for
+every dtype; TPR threads share a row, thread r owning chunks r, r + TPR, ... The kernel for a row
+length is picked at run time by the launcher from the tier table below: the first tier whose
+register capacity (TPR * ITEMS chunks) holds the row, else the last one, which reads the row
+twice (the second read hits L2).
+
+The rounding of a row's sum of squares depends only on H, TPR and the wave size, so the table is
+the same for every dtype and every family, up to ITEMS in the 1024-thread tiers (which does not
+change TPR): fp32 rmsnorm then sums exactly like the bf16 / fp16 kernels, and the fused kernels
+like the unfused ones (the parity tests check both bit for bit).
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from ..spec import Variant
+
+# dtype -> (template KIND, bytes per element)
+DTYPES = {"bf16": (0, 2), "fp16": (1, 2), "fp32": (2, 4)}
+CHUNK = 8                 # elements per chunk, every dtype
+MAX_BLOCK = 1024
+HEAVY_BLOCK = 256         # block of the tiers holding the most registers
+
+
+@dataclass(frozen=True)
+class Tier:
+    tpr: int              # threads per row
+    items: int            # chunks per thread held in registers
+    block: int            # threads per block (block / tpr rows per block)
+    two_pass: bool = False
+
+    @property
+    def cap(self) -> int:
+        """Longest row (in chunks) this tier holds in registers."""
+        return self.tpr * self.items
+
+
+def tiers(dtype: str, wave: int) -> list[Tier]:
+    """Row-length tiers, shortest first; the last one takes every longer row.
+
+    - 16 threads per row, 16 rows per 256-thread block: H <= 256 (e.g. per-head q/k norms);
+    - a wave per row, 4 chunks per lane: H <= 2048 (wave64) / 1024 (wave32);
+    - 256 threads per row, 4 chunks each: H <= 8192;
+    - 1024 threads, one row per block, 2 chunks each: H <= 16384, for 16-bit types only (2 chunks
+      keep a 1024-thread block within sm_90's 64 registers per thread; fp32 could hold only one,
+      no more than the tier before);
+    - the same 1024 threads per row, reading the row twice: any longer row.
+    """
+    big = 2 if DTYPES[dtype][1] == 2 else 1
+    table = [Tier(16, 2, 256), Tier(wave, 4, 256), Tier(256, 4, 256),
+             Tier(MAX_BLOCK, big, MAX_BLOCK)]
+    out: list[Tier] = []
+    for t in table:
+        if not out or t.cap > out[-1].cap:
+            out.append(t)
+    out.append(Tier(MAX_BLOCK, big, MAX_BLOCK, two_pass=True))
+    return out
+
+
+def tier_for(h: int, dtype: str, wave: int) -> Tier:
+    """The tier the launcher picks for rows of h elements (the template's rule, for tests)."""
+    chunks = -(-h // CHUNK)
+    table = tiers(dtype, wave)
+    return next((t for t in table[:-1] if chunks <= t.cap), table[-1])
+
+
+def tier_context(dtype: str, wave: int, tpg: int = 1, table: list[Tier] | None = None) -> dict:
+    """The tier table as the templates read it (tpg: lanes per quant group, must divide TPR)."""
+    table = table or tiers(dtype, wave)
+    assert all(t.tpr % tpg == 0 and t.block % t.tpr == 0 for t in table)
+    rows = [dict(tpr=t.tpr, per_thread=t.items, block=t.block, cap=t.cap,
+                 two_pass=str(t.two_pass).lower()) for t in table]
+    # "block" feeds the manifest's occupancy figure, which is computed from the module's largest
+    # register count over its kernels: that of a 256-thread tier (the 1024-thread tiers hold at
+    # most 2 chunks per thread and are capped by their launch bounds).
+    return dict(tiers=rows, block=HEAVY_BLOCK)
+
+
+# launcher(x, residual, weight, y, rows, h, x_row_stride_bytes, residual_row_stride_bytes, eps,
+#          stream)
+ARGTYPES = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p]
+
+
+def validate(v: Variant) -> str | None:
+    return None
+
+
+def context(v: Variant) -> dict:
+    kind, _ = DTYPES[v["dtype"]]
+    return dict(kind=kind, vector=str(v["load"] == "vec16").lower(),
+                residual=str(v["residual"]).lower(),
+                **tier_context(v["dtype"], v.target.wave_size))

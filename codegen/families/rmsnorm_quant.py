@@ -1,0 +1,43 @@
+"""RMSNorm + per-token-group FP8 quant: decisions for rmsnorm_group_quant.cu.j2.
+
+Rows follow the RMSNorm tier table (families/rmsnorm.py), so a fused kernel sums exactly like the
+rmsnorm kernel; the normalized values (fp32) go to cg::quantize_group, the quant kernel's own
+code, with each group of G values in G/8 consecutive lanes (8 values per lane).
+"""
+from __future__ import annotations
+
+import ctypes
+
+from ..spec import Variant
+from .quant import cvt_clamps
+from .rmsnorm import CHUNK, DTYPES, tier_context
+
+# launcher(x, residual, weight, q, scales, y, rows, h, x_row_stride_bytes,
+#          residual_row_stride_bytes, scale_row_stride, scale_col_stride, eps, stream)
+# residual and y may be null; scale strides are in elements (any layout: row, col, col_tma).
+ARGTYPES = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+            ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int64, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p]
+
+
+def tpg(group_size: int) -> int:
+    return group_size // CHUNK
+
+
+def validate(v: Variant) -> str | None:
+    g = v["group_size"]
+    if g % CHUNK or tpg(g) > 16:
+        return f"group_size={g}: needs a multiple of {CHUNK} up to {16 * CHUNK}"
+    return None
+
+
+def quant_context(v: Variant, table=None) -> dict:
+    kind, _ = DTYPES[v["dtype"]]
+    g = v["group_size"]
+    return dict(kind=kind, group_size=g, tpg=tpg(g), ue8m0=str(v["ue8m0"]).lower(),
+                fp8_max=repr(float(v.fp8.max)), cvt_clamps=int(cvt_clamps(v)),
+                **tier_context(v["dtype"], v.target.wave_size, tpg(g), table))
+
+
+def context(v: Variant) -> dict:
+    return dict(quant_context(v), residual=str(v["residual"]).lower())

@@ -1,0 +1,349 @@
+"""RMSNorm ops (NUMERICS.md, "RMSNorm family"): rmsnorm, fused_add_rmsnorm, rmsnorm_group_quant,
+dual_rmsnorm_group_quant.
+
+Every row is normalized by the same code (templates/include/codegen/rmsnorm.cuh) with a sum
+order that depends only on H and the device, so the fused ops agree bit for bit with the unfused
+ones composed: rmsnorm_group_quant(x) == per_token_group_quant_fp8(rmsnorm(x.float(),
+w.float())), and dual_rmsnorm_group_quant == rmsnorm_group_quant(q) + rmsnorm(kv).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..dispatch import kernel, variant_for
+from ..families.dual_rmsnorm_quant import max_h as dual_max_h
+from ..targets import get_target
+from ._common import DTYPE_NAMES, LIB, arch, check_rc, check_tensor, stream
+from .quant import SCALE_LAYOUTS, empty_scales, resolve_fp8
+
+QUANT_DTYPES = (torch.bfloat16, torch.float16)
+QUANT_GROUP_SIZES = (64, 128)
+MAX_H = 1 << 24          # H as a float is exact, byte offsets within a row fit in 32 bits
+MAX_T = (1 << 31) - 1
+
+_launchers: dict[tuple, tuple] = {}
+
+
+def _launcher(family: str, x: torch.Tensor, **params):
+    """(launcher, uri) of the variant serving these parameters on x's device, cached."""
+    key = (family, x.device, tuple(sorted(params.items())))
+    hit = _launchers.get(key)
+    if hit is None:
+        v = variant_for(family, arch(x), **params)
+        hit = _launchers[key] = (kernel(v), v.uri)
+    return hit
+
+
+def _rows_aligned(t: torch.Tensor) -> bool:
+    """Every row (or the one vector) of t starts on a 16-byte boundary."""
+    if t.data_ptr() % 16:
+        return False
+    return t.dim() == 1 or t.shape[0] <= 1 or (t.stride(0) * t.element_size()) % 16 == 0
+
+
+def _aligned_copy(t: torch.Tensor) -> torch.Tensor:
+    """t itself if its rows are 16-byte aligned, else a fresh contiguous copy (which is)."""
+    return t if _rows_aligned(t) else t.clone(memory_format=torch.contiguous_format)
+
+
+def _row_stride_bytes(t: torch.Tensor) -> int:
+    return t.stride(0) * t.element_size() if t.shape[0] > 1 else t.shape[1] * t.element_size()
+
+
+# ---- argument checks (shape, dtype and device only: they also run on fake tensors) ----
+
+def _check_rows(name: str, t, dtypes) -> None:
+    check_tensor(name, t, dtypes, ndim=2)
+    rows, h = t.shape
+    if h == 0:
+        raise ValueError(f"{name}: hidden size must be > 0, got shape {tuple(t.shape)}")
+    if h > MAX_H:
+        raise ValueError(f"{name}: hidden size {h} exceeds {MAX_H}")
+    if rows > MAX_T:
+        raise ValueError(f"{name}: {rows} rows exceed {MAX_T}")
+    if rows > 1 and t.stride(0) < h:
+        raise ValueError(f"{name}: row stride {t.stride(0)} is smaller than the hidden size {h} "
+                         f"(rows would overlap)")
+
+
+def _check_like(name: str, t, ref, ref_name: str, ndim: int) -> None:
+    """t has ref's dtype and device (a weight: ndim 1; a residual: ndim 2)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != ref.dtype:
+        raise TypeError(f"{name}: dtype {t.dtype} must match {ref_name} ({ref.dtype})")
+    check_tensor(name, t, (ref.dtype,), ndim=ndim)
+    if t.device != ref.device:
+        raise ValueError(f"{name}: on {t.device}, but {ref_name} is on {ref.device}")
+
+
+def _check_weight(name: str, w, x, x_name: str) -> None:
+    _check_like(name, w, x, x_name, 1)
+    if w.shape[0] != x.shape[1]:
+        raise ValueError(f"{name}: shape {tuple(w.shape)} does not match the hidden size "
+                         f"{x.shape[1]} of {x_name}")
+
+
+def _check_residual(residual, x) -> None:
+    _check_like("residual", residual, x, "x", 2)
+    if residual.shape != x.shape:
+        raise ValueError(f"residual: shape {tuple(residual.shape)} must match x "
+                         f"{tuple(x.shape)}")
+    if residual.shape[0] > 1 and residual.stride(0) < residual.shape[1]:
+        raise ValueError(f"residual: row stride {residual.stride(0)} is smaller than the hidden "
+                         f"size {residual.shape[1]} (rows would overlap)")
+
+
+def _check_eps(eps) -> float:
+    try:
+        value = float(eps)
+    except (TypeError, ValueError):
+        raise TypeError(f"eps: expected a float, got {type(eps).__name__}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"eps: must be finite and >= 0, got {eps}")
+    return value
+
+
+def _check_quant(name: str, h: int, group_size, scale_layout) -> None:
+    if group_size not in QUANT_GROUP_SIZES:
+        raise ValueError(f"group_size: {group_size} not supported; expected one of "
+                         f"{QUANT_GROUP_SIZES}")
+    if h % group_size:
+        raise ValueError(f"{name}: hidden size {h} is not a multiple of group_size={group_size}")
+    if scale_layout not in SCALE_LAYOUTS:
+        raise ValueError(f"scale_layout: {scale_layout!r}; expected one of {SCALE_LAYOUTS}")
+
+
+def _check_aligned_residual(residual: torch.Tensor) -> None:
+    if not _rows_aligned(residual):
+        raise ValueError(f"residual: rows must start on 16-byte boundaries to be updated in place "
+                         f"by the fused quant kernel (data_ptr % 16 = {residual.data_ptr() % 16}, "
+                         f"row stride {residual.stride(0)} elements)")
+
+
+# ---- rmsnorm / fused_add_rmsnorm ----
+
+LIB.define("rmsnorm(Tensor x, Tensor weight, float eps) -> Tensor")
+LIB.define("fused_add_rmsnorm(Tensor x, Tensor(a!) residual, Tensor weight, float eps) -> Tensor")
+
+
+@torch.library.register_fake("codegen::rmsnorm")
+def _rmsnorm_fake(x, weight, eps):
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake("codegen::fused_add_rmsnorm")
+def _fused_add_fake(x, residual, weight, eps):
+    return x.new_empty(x.shape)
+
+
+def _norm(x, residual, weight, eps):
+    t, h = x.shape
+    y = torch.empty((t, h), dtype=x.dtype, device=x.device)
+    if t == 0:
+        return y
+    # 16-byte accesses when every row of every operand starts on a 16-byte boundary
+    vector = (h * x.element_size()) % 16 == 0 and _rows_aligned(x) and _rows_aligned(weight) \
+        and (residual is None or _rows_aligned(residual))
+    fn, uri = _launcher("rmsnorm", x, dtype=DTYPE_NAMES[x.dtype], residual=residual is not None,
+                        load="vec16" if vector else "scalar")
+    rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
+            y.data_ptr(), t, h, _row_stride_bytes(x),
+            0 if residual is None else _row_stride_bytes(residual), eps, stream(x))
+    check_rc(rc, uri)
+    return y
+
+
+def _rmsnorm_impl(x, weight, eps):
+    return _norm(x, None, weight, eps)
+
+
+def _fused_add_impl(x, residual, weight, eps):
+    return _norm(x, residual, weight, eps)
+
+
+LIB.impl("rmsnorm", _rmsnorm_impl, "CUDA")
+LIB.impl("fused_add_rmsnorm", _fused_add_impl, "CUDA")
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """y = dtype(x * rsqrt(mean(x^2) + eps) * weight), computed in fp32, rounded once.
+
+    x: [T, H] bf16/fp16/fp32, last dim contiguous, any row stride >= H; weight: [H], x's dtype.
+    Returns y [T, H] contiguous.
+    """
+    _check_rows("x", x, tuple(DTYPE_NAMES))
+    _check_weight("weight", weight, x, "x")
+    eps = _check_eps(eps)
+    if torch.compiler.is_compiling():
+        return torch.ops.codegen.rmsnorm(x, weight, eps)
+    return _rmsnorm_impl(x, weight, eps)
+
+
+def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                      eps: float = 1e-6) -> torch.Tensor:
+    """r = dtype(x + residual) is written into residual (in place); returns rmsnorm(r, weight).
+
+    x, residual: [T, H] of one dtype (bf16/fp16/fp32), last dim contiguous; weight: [H].
+    """
+    _check_rows("x", x, tuple(DTYPE_NAMES))
+    _check_residual(residual, x)
+    _check_weight("weight", weight, x, "x")
+    eps = _check_eps(eps)
+    if torch.compiler.is_compiling():
+        return torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, eps)
+    return _fused_add_impl(x, residual, weight, eps)
+
+
+# ---- rmsnorm_group_quant ----
+
+LIB.define("rmsnorm_group_quant(Tensor x, Tensor weight, Tensor(a!)? residual, float eps, "
+           "int group_size, str scale_layout, bool ue8m0, bool also_return_unquantized, "
+           "float fp8_max, ScalarType fp8_dtype) -> (Tensor, Tensor, Tensor)")
+
+
+def _quant_outputs(x, group_size, scale_layout, fp8_dtype, with_y):
+    t, h = x.shape
+    q = torch.empty((t, h), dtype=fp8_dtype, device=x.device)
+    s = empty_scales(t, h // group_size, scale_layout, x.device)
+    y = torch.empty((t if with_y else 0, h), dtype=x.dtype, device=x.device)
+    return q, s, y
+
+
+@torch.library.register_fake("codegen::rmsnorm_group_quant")
+def _rgq_fake(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_return_unquantized,
+              fp8_max, fp8_dtype):
+    t, h = x.shape
+    q = x.new_empty((t, h), dtype=fp8_dtype)
+    s = empty_scales(t, h // group_size, scale_layout, x.device)
+    y = x.new_empty((t if also_return_unquantized else 0, h))
+    return q, s, y
+
+
+def _rgq_impl(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_return_unquantized,
+              fp8_max, fp8_dtype):
+    q, s, y = _quant_outputs(x, group_size, scale_layout, fp8_dtype, also_return_unquantized)
+    t, h = x.shape
+    if t == 0:
+        return q, s, y
+    if residual is not None:
+        _check_aligned_residual(residual)
+    x, weight = _aligned_copy(x), _aligned_copy(weight)
+    fn, uri = _launcher("rmsnorm_group_quant", x, dtype=DTYPE_NAMES[x.dtype],
+                        group_size=group_size, ue8m0=bool(ue8m0),
+                        residual=residual is not None, fp8_max=fp8_max)
+    rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
+            q.data_ptr(), s.data_ptr(), y.data_ptr() if also_return_unquantized else None, t, h,
+            _row_stride_bytes(x), 0 if residual is None else _row_stride_bytes(residual),
+            s.stride(0), s.stride(1), eps, stream(x))
+    check_rc(rc, uri)
+    return q, s, y
+
+
+LIB.impl("rmsnorm_group_quant", _rgq_impl, "CUDA")
+
+
+def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                        group_size: int = 128, *, residual: torch.Tensor | None = None,
+                        scale_layout: str = "row", ue8m0: bool = False,
+                        also_return_unquantized: bool = False, fp8_max: float | None = None):
+    """RMSNorm, then per-token-group FP8 quant of the fp32 normalized values, in one kernel.
+
+    x: [T, H] bf16/fp16 (H % group_size == 0), last dim contiguous; weight: [H].
+    residual: optional [T, H]; if given, r = dtype(x + residual) is written into it (in place,
+    its rows 16-byte aligned) and r is normalized instead of x.
+    Returns (q [T, H] fp8, scales fp32 [T, H/G] in scale_layout: "row", "col" or "col_tma"
+    as per_token_group_quant_fp8), plus y [T, H] (dtype(normalized)) if also_return_unquantized.
+    ue8m0: power-of-two scales. fp8_max: as per_token_group_quant_fp8 (device default).
+    """
+    _check_rows("x", x, QUANT_DTYPES)
+    _check_weight("weight", weight, x, "x")
+    if residual is not None:
+        _check_residual(residual, x)
+    eps = _check_eps(eps)
+    _check_quant("x", x.shape[1], group_size, scale_layout)
+    fp8_dtype, fmax = resolve_fp8(x, None, fp8_max)
+    args = (x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
+            bool(also_return_unquantized), fmax, fp8_dtype)
+    if torch.compiler.is_compiling():
+        q, s, y = torch.ops.codegen.rmsnorm_group_quant(*args)
+    else:
+        q, s, y = _rgq_impl(*args)
+    return (q, s, y) if also_return_unquantized else (q, s)
+
+
+# ---- dual_rmsnorm_group_quant ----
+
+LIB.define("dual_rmsnorm_group_quant(Tensor q, Tensor q_weight, Tensor kv, Tensor kv_weight, "
+           "float eps, int group_size, str scale_layout, bool ue8m0, float fp8_max, "
+           "ScalarType fp8_dtype) -> (Tensor, Tensor, Tensor)")
+
+
+@torch.library.register_fake("codegen::dual_rmsnorm_group_quant")
+def _dual_fake(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0, fp8_max,
+               fp8_dtype):
+    t, h = q.shape
+    return (q.new_empty((t, h), dtype=fp8_dtype),
+            empty_scales(t, h // group_size, scale_layout, q.device), kv.new_empty(kv.shape))
+
+
+def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0, fp8_max,
+               fp8_dtype):
+    t, hq = q.shape
+    hkv = kv.shape[1]
+    q_fp8, q_scales, _ = _quant_outputs(q, group_size, scale_layout, fp8_dtype, False)
+    kv_out = torch.empty((t, hkv), dtype=kv.dtype, device=kv.device)
+    if t == 0:
+        return q_fp8, q_scales, kv_out
+    q, q_weight, kv, kv_weight = map(_aligned_copy, (q, q_weight, kv, kv_weight))
+    fn, uri = _launcher("dual_rmsnorm_group_quant", q, dtype=DTYPE_NAMES[q.dtype],
+                        group_size=group_size, ue8m0=bool(ue8m0), fp8_max=fp8_max)
+    rc = fn(q.data_ptr(), q_weight.data_ptr(), q_fp8.data_ptr(), q_scales.data_ptr(),
+            kv.data_ptr(), kv_weight.data_ptr(), kv_out.data_ptr(), t, hq, hkv,
+            _row_stride_bytes(q), _row_stride_bytes(kv), q_scales.stride(0),
+            q_scales.stride(1), eps, stream(q))
+    check_rc(rc, uri)
+    return q_fp8, q_scales, kv_out
+
+
+LIB.impl("dual_rmsnorm_group_quant", _dual_impl, "CUDA")
+
+
+def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.Tensor,
+                             kv_weight: torch.Tensor, eps: float = 1e-6, group_size: int = 128,
+                             *, scale_layout: str = "row", ue8m0: bool = False,
+                             fp8_max: float | None = None):
+    """DeepSeek MLA's latent norms in one launch: q normalized then group-quantized (as
+    rmsnorm_group_quant), kv normalized (as rmsnorm).
+
+    q: [T, Hq] (e.g. 1536; Hq % group_size == 0), kv: [T, Hkv] (e.g. 512; Hkv % 8 == 0), one
+    dtype (bf16/fp16), last dims contiguous, rows may be strided; Hq, Hkv <= 8192.
+    Returns (q_fp8 [T, Hq], q_scales fp32 [T, Hq/G] in scale_layout, kv_normed [T, Hkv]).
+    """
+    _check_rows("q", q, QUANT_DTYPES)
+    _check_weight("q_weight", q_weight, q, "q")
+    _check_rows("kv", kv, QUANT_DTYPES)
+    if kv.dtype != q.dtype or kv.device != q.device:
+        raise TypeError(f"kv: {kv.dtype} on {kv.device} must match q ({q.dtype} on {q.device})")
+    if kv.shape[0] != q.shape[0]:
+        raise ValueError(f"kv: {kv.shape[0]} rows, but q has {q.shape[0]}")
+    _check_weight("kv_weight", kv_weight, kv, "kv")
+    eps = _check_eps(eps)
+    _check_quant("q", q.shape[1], group_size, scale_layout)
+    if kv.shape[1] % 8:
+        raise ValueError(f"kv: hidden size {kv.shape[1]} is not a multiple of 8")
+    fp8_dtype, fmax = resolve_fp8(q, None, fp8_max)
+    wave = get_target(arch(q)).wave_size
+    for name, t in (("q", q), ("kv", kv)):
+        limit = dual_max_h(DTYPE_NAMES[t.dtype], wave)
+        if t.shape[1] > limit:
+            raise ValueError(f"{name}: hidden size {t.shape[1]} exceeds {limit}, the longest row "
+                             f"dual_rmsnorm_group_quant holds; use rmsnorm_group_quant and "
+                             f"rmsnorm")
+    args = (q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0), fmax,
+            fp8_dtype)
+    if torch.compiler.is_compiling():
+        return torch.ops.codegen.dual_rmsnorm_group_quant(*args)
+    return _dual_impl(*args)

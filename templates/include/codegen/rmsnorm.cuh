@@ -1,0 +1,284 @@
+// RMSNorm building blocks shared by the rmsnorm, rmsnorm_group_quant and dual_rmsnorm_group_quant
+// kernels, so that each computes the same bits for the same row. Contract: NUMERICS.md,
+// "RMSNorm family".
+//
+// Layout: a row of H elements is cut into chunks of 8 consecutive elements, for every dtype (one
+// 16-byte load for bf16/fp16, two for fp32). TPR threads share a row; thread r owns chunks
+// r, r + TPR, r + 2 TPR, ... (coalesced). Its sum of squares is accumulated in that order, element
+// by element with an explicit fma; the TPR partial sums are combined with an xor butterfly over
+// min(TPR, WAVE) lanes and, when TPR > WAVE, the row's per-wave sums are added in wave order
+// through shared memory. The rounding of the sum is thus a function of (H, TPR, WAVE) only: not of
+// the dtype, of how many chunks a thread keeps in registers, of vector or scalar loads, nor of
+// whether the row is read once or twice. Hence fp32 rmsnorm on x.float() sums exactly like the
+// bf16/fp16 kernels on x, and the fused and unfused kernels agree bit for bit.
+#pragma once
+#include "codegen/group_quant.cuh"
+
+namespace cg {
+
+constexpr int kChunk = 8;  // elements per chunk, every dtype
+
+// threadIdx.x and blockIdx.x. HIP's threadIdx / blockIdx go through __ockl_get_local_id /
+// __ockl_get_group_id, which stay calls when no device library is linked (the offline assembly
+// toolchain) and then cost registers and spills around the call; the builtins read the hardware
+// registers directly. (Vendor-specific: a candidate for arch_hip.h / arch_cuda.cuh.)
+#if defined(__HIPCC__) || defined(__HIP__)
+CG_DEVICE int thread_x() { return int(__builtin_amdgcn_workitem_id_x()); }
+CG_DEVICE int block_x() { return int(__builtin_amdgcn_workgroup_id_x()); }
+#else
+CG_DEVICE int thread_x() { return int(threadIdx.x); }
+CG_DEVICE int block_x() { return int(blockIdx.x); }
+#endif
+
+// One rounding, spelled out so that no compiler contracts a*b+c differently in two kernels.
+CG_DEVICE float fma_rn(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+
+// 1 / sqrt(sum / H + eps) with IEEE division and a correctly rounded sqrt (not rsqrtf, whose
+// error differs between vendors): same bits on every target; well within the contract's 1 ulp of
+// the output dtype.
+CG_DEVICE float rms_scale(float sum, int h, float eps) {
+  return div_rn(1.0f, sqrt_rn(div_rn(sum, float(h)) + eps));
+}
+
+// Eight consecutive elements of a row, as raw words of the dtype.
+template <int KIND>  // 0 = bf16, 1 = fp16, 2 = fp32
+struct Chunk {
+  static constexpr int BYTES = KIND == 2 ? 4 : 2;  // per element
+  static constexpr int PIECES = KIND == 2 ? 2 : 1;  // 16-byte pieces
+  static constexpr int PER_PIECE = kChunk / PIECES;  // elements per piece
+  uint32_t w[4 * PIECES];
+
+  CG_DEVICE float get(int e) const {
+    if constexpr (KIND == 2) {
+      return bits_to_float(w[e]);
+    } else {
+      const uint16_t h = uint16_t((e & 1) ? (w[e / 2] >> 16) : (w[e / 2] & 0xffffu));
+      return KIND == 0 ? bf16_to_float(h) : f16_to_float(h);
+    }
+  }
+
+  // Round eight floats to the dtype (nearest even).
+  CG_DEVICE void set(const float (&v)[kChunk]) {
+#pragma unroll
+    for (int i = 0; i < 4 * PIECES; ++i) {
+      if constexpr (KIND == 2) {
+        w[i] = float_to_bits(v[i]);
+      } else {
+        const uint32_t lo = KIND == 0 ? float_to_bf16(v[2 * i]) : float_to_f16(v[2 * i]);
+        const uint32_t hi = KIND == 0 ? float_to_bf16(v[2 * i + 1]) : float_to_f16(v[2 * i + 1]);
+        w[i] = lo | (hi << 16);
+      }
+    }
+  }
+
+  // Elements [first, first + 8) of `row`, of which n exist (n <= 0: none); missing ones read 0.
+  // VECTOR: 16-byte loads (the row start and H * BYTES are multiples of 16, so a piece is all
+  // there or all missing); else one load per element. STREAM: read-once data, kept out of L1.
+  template <bool VECTOR, bool STREAM>
+  CG_DEVICE void load(const uint8_t* row, int first, int n) {
+    if constexpr (VECTOR) {
+#pragma unroll
+      for (int p = 0; p < PIECES; ++p) {
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (p * PER_PIECE < n) {
+          const uint8_t* src = row + (first + p * PER_PIECE) * BYTES;
+          v = STREAM ? load_stream16(src) : *reinterpret_cast<const uint4*>(src);
+        }
+        w[4 * p] = v.x, w[4 * p + 1] = v.y, w[4 * p + 2] = v.z, w[4 * p + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4 * PIECES; ++i) w[i] = 0;
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        if (e < n) {
+          const uint8_t* src = row + (first + e) * BYTES;
+          if constexpr (KIND == 2) {
+            w[e] = *reinterpret_cast<const uint32_t*>(src);
+          } else {
+            w[e / 2] |= uint32_t(*reinterpret_cast<const uint16_t*>(src)) << (16 * (e & 1));
+          }
+        }
+      }
+    }
+  }
+
+  template <bool VECTOR>
+  CG_DEVICE void store(uint8_t* row, int first, int n) const {
+    if constexpr (VECTOR) {
+#pragma unroll
+      for (int p = 0; p < PIECES; ++p) {
+        if (p * PER_PIECE < n) {
+          *reinterpret_cast<uint4*>(row + (first + p * PER_PIECE) * BYTES) =
+              make_uint4(w[4 * p], w[4 * p + 1], w[4 * p + 2], w[4 * p + 3]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) {
+        if (e < n) {
+          uint8_t* dst = row + (first + e) * BYTES;
+          if constexpr (KIND == 2) {
+            *reinterpret_cast<uint32_t*>(dst) = w[e];
+          } else {
+            *reinterpret_cast<uint16_t*>(dst) = uint16_t(w[e / 2] >> (16 * (e & 1)));
+          }
+        }
+      }
+    }
+  }
+};
+
+// Sum of s over the TPR threads of a row (threads [k TPR, (k+1) TPR) of the block), returned to
+// all of them. Every thread of the block must call it (it may synchronize the block), once per
+// kernel: smem is not guarded for reuse. tid: threadIdx.x (read once by the kernel); smem:
+// blockDim.x / WAVE floats.
+template <int TPR, int WAVE>
+CG_DEVICE float row_sum(float s, int tid, float* smem) {
+  constexpr int W = TPR < WAVE ? TPR : WAVE;
+#pragma unroll
+  for (int off = W / 2; off > 0; off >>= 1) s += shfl_xor_f32<W>(s, off);
+  if constexpr (TPR > WAVE) {
+    constexpr int NW = TPR / WAVE;  // waves per row
+    const int wave = tid / WAVE;
+    if (tid % WAVE == 0) smem[wave] = s;
+    __syncthreads();
+    const float* part = smem + wave / NW * NW;
+    s = part[0];
+#pragma unroll
+    for (int i = 1; i < NW; ++i) s += part[i];
+  }
+  return s;
+}
+
+// One row, seen from thread r = tid % TPR of its TPR threads (tid: threadIdx.x): optional
+// residual add, sum of squares, scale, then out(j, v, ok) for every chunk j the thread owns, with
+// v = x * rstd * w in fp32 (not rounded). out is called for every item by every thread, in the
+// same order, valid or not (ok says), so that it may shuffle within a wave.
+//   x, res: this row of x and of the residual (RESIDUAL: res is read, then overwritten with
+//   dtype(x + res), and the row is that rounded sum); w: the weight.
+//   ITEMS: chunks per thread held in registers. TWO_PASS: the row is longer than TPR * ITEMS
+//   chunks: a first pass sums (and writes the residual), a second one reads the row again (from
+//   L2) and writes the output.
+template <int KIND, int TPR, int ITEMS, bool TWO_PASS, int WAVE, bool VECTOR, bool RESIDUAL,
+          class Out>
+CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int h, float eps,
+                           bool row_ok, int tid, float* smem, const Out& out) {
+  using C = Chunk<KIND>;
+  const int r = tid % TPR;
+  const int nchunk = (h + kChunk - 1) / kChunk;
+  // Chunk j of the row, the residual added (rounded to dtype) and written back.
+  auto read = [&](C& c, int j, bool ok) {
+    const int n = ok ? h - j * kChunk : 0;
+    c.template load<VECTOR, true>(x, j * kChunk, n);
+    if constexpr (RESIDUAL) {
+      C a;
+      a.template load<VECTOR, false>(res, j * kChunk, n);
+      float s[kChunk];
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) s[e] = c.get(e) + a.get(e);
+      c.set(s);
+      if (ok) c.template store<VECTOR>(res, j * kChunk, n);
+    }
+  };
+  auto emit = [&](const C& c, const C& wc, int j, bool ok, float rstd) {
+    float v[kChunk];
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) v[e] = c.get(e) * rstd * wc.get(e);
+    out(j, v, ok);
+  };
+  float ss = 0.0f;
+  if constexpr (!TWO_PASS) {
+    C c[ITEMS], wc[ITEMS];
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int j = r + i * TPR;
+      const bool ok = row_ok && j < nchunk;
+      read(c[i], j, ok);
+      wc[i].template load<VECTOR, false>(w, j * kChunk, ok ? h - j * kChunk : 0);
+    }
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) ss = fma_rn(c[i].get(e), c[i].get(e), ss);
+    }
+    const float rstd = rms_scale(row_sum<TPR, WAVE>(ss, tid, smem), h, eps);
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int j = r + i * TPR;
+      emit(c[i], wc[i], j, row_ok && j < nchunk, rstd);
+    }
+  } else {
+    for (int base = 0; base < nchunk; base += TPR * ITEMS) {
+      C c[ITEMS];
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        const int j = base + r + i * TPR;
+        read(c[i], j, row_ok && j < nchunk);
+      }
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) ss = fma_rn(c[i].get(e), c[i].get(e), ss);
+      }
+    }
+    const float rstd = rms_scale(row_sum<TPR, WAVE>(ss, tid, smem), h, eps);
+    // The second read sees what this same thread wrote to the residual in the first pass.
+    const uint8_t* src = RESIDUAL ? res : x;
+    for (int base = 0; base < nchunk; base += TPR * ITEMS) {
+      C c[ITEMS], wc[ITEMS];
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        const int j = base + r + i * TPR;
+        const int n = row_ok && j < nchunk ? h - j * kChunk : 0;
+        c[i].template load<VECTOR, !RESIDUAL>(src, j * kChunk, n);
+        wc[i].template load<VECTOR, false>(w, j * kChunk, n);
+      }
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        const int j = base + r + i * TPR;
+        emit(c[i], wc[i], j, row_ok && j < nchunk, rstd);
+      }
+    }
+  }
+}
+
+// Output of rmsnorm: y = dtype(v), one rounding.
+template <int KIND, bool VECTOR>
+struct StoreRow {
+  uint8_t* y;  // this row of y
+  int h;
+  CG_DEVICE void operator()(int j, const float (&v)[kChunk], bool ok) const {
+    if (!ok) return;
+    Chunk<KIND> c;
+    c.set(v);
+    c.template store<VECTOR>(y, j * kChunk, h - j * kChunk);
+  }
+};
+
+#if defined(CG_FP8_MAX)
+// Output of the fused kernels: v (fp32) group-quantized with quantize_group, the code the quant
+// kernel runs; a group of G = 8 TPG values lies in TPG consecutive lanes (TPG divides TPR).
+// Optionally also y = dtype(v).
+template <int KIND, int TPG, bool UE8M0>
+struct QuantRow {
+  uint8_t* q;          // this row of q (fp8, contiguous)
+  float* scales;       // this row's first scale
+  int64_t scale_col;   // element stride between the row's scales
+  uint8_t* y;          // this row of y, or null
+  CG_DEVICE void operator()(int j, const float (&v)[kChunk], bool ok) const {
+    uint32_t bytes[kChunk / 4];
+    const float scale = quantize_group<TPG, kChunk, UE8M0>(v, bytes);
+    if (!ok) return;
+    *reinterpret_cast<uint2*>(q + j * kChunk) = make_uint2(bytes[0], bytes[1]);
+    if (j % TPG == 0) scales[int64_t(j / TPG) * scale_col] = scale;
+    if (y != nullptr) {
+      Chunk<KIND> c;
+      c.set(v);
+      c.template store<true>(y, j * kChunk, kChunk);
+    }
+  }
+};
+#endif
+
+}  // namespace cg
