@@ -18,15 +18,16 @@ us = bench_us(lambda: y8.copy_(x))
 print(f"torch bf16->fp8 cast 8192x7168: {us:.1f} us {x.numel() * 3 / us / 1e3 / copy:.0%} of copy")
 us = bench_us(lambda: x.mul(2))
 print(f"torch bf16 x*2 8192x7168: {us:.1f} us {x.numel() * 4 / us / 1e3 / copy:.0%} of copy")
-for g, ue8m0, (t, h) in itertools.product((128,), (False, True), ((8192, 7168), (16, 7168))):
+for g, ue8m0, (t, h) in itertools.product((128,), (False,), ((8192, 7168), (16384, 4096))):
     x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
     nbytes = t * h * 3 + t * h // g * 4
     row = []
-    for items, loads, waves, mb in ((1, 2, 2, 0), (1, 2, 2, 5), (1, 2, 4, 5), (1, 2, 4, 0),
-                                    (2, 1, 2, 5), (2, 1, 0, 5), (1, 2, 0, 5)):
-        fam.ITEMS, fam.LOADS, fam.GRID_WAVES, fam.MIN_BLOCKS = items, loads, waves, mb
+    for items, loads, waves, lh, sh in ((1, 2, 2, 0, 0), (1, 2, 2, 1, 0), (1, 2, 2, 2, 0),
+                                        (1, 2, 2, 0, 1), (1, 2, 2, 1, 1), (1, 2, 4, 1, 1),
+                                        (1, 2, 0, 1, 1)):
+        fam.ITEMS, fam.LOADS, fam.GRID_WAVES, fam.LOAD_HINT, fam.STORE_HINT = items, loads, waves, lh, sh
         ops.quant._launchers.clear()
         dispatch._loaded.clear()
         us = bench_us(lambda: ops.per_token_group_quant_fp8(x, g, ue8m0=ue8m0))
-        row.append(f"i{items}l{loads}w{waves}m{mb}: {us:5.1f}us {nbytes / us / 1e3 / copy:4.0%}")
+        row.append(f"i{items}l{loads}w{waves}L{lh}S{sh}: {us:5.1f}us {nbytes / us / 1e3 / copy:4.0%}")
     print(f"G={g} ue8m0={ue8m0:d} {t}x{h}: " + " ".join(row))

@@ -10,6 +10,7 @@ bound would cap them at 64 on sm_90a and spill).
 from __future__ import annotations
 
 import ctypes
+from functools import cache
 
 from ..spec import Variant
 from .rmsnorm import CHUNK, tiers
@@ -30,6 +31,7 @@ def dual_tiers(dtype: str, wave: int):
     return [t for t in tiers(dtype, wave) if t.block == BLOCK and not t.two_pass]
 
 
+@cache
 def max_h(dtype: str, wave: int) -> int:
     """Longest row (elements) of q or kv the dual kernel takes."""
     return dual_tiers(dtype, wave)[-1].cap * CHUNK

@@ -14,6 +14,7 @@ like the unfused ones (the parity tests check both bit for bit).
 from __future__ import annotations
 
 import ctypes
+from functools import cache
 from dataclasses import dataclass
 
 from ..spec import Variant
@@ -38,7 +39,8 @@ class Tier:
         return self.tpr * self.items
 
 
-def tiers(dtype: str, wave: int) -> list[Tier]:
+@cache
+def tiers(dtype: str, wave: int) -> tuple[Tier, ...]:
     """Row-length tiers, shortest first; the last one takes every longer row.
 
     - 16 threads per row, 16 rows per 256-thread block: H <= 256 (e.g. per-head q/k norms);
@@ -57,7 +59,7 @@ def tiers(dtype: str, wave: int) -> list[Tier]:
         if not out or t.cap > out[-1].cap:
             out.append(t)
     out.append(Tier(MAX_BLOCK, big, MAX_BLOCK, two_pass=True))
-    return out
+    return tuple(out)
 
 
 def tier_for(h: int, dtype: str, wave: int) -> Tier:

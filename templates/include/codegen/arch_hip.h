@@ -41,6 +41,9 @@ CG_DEVICE float shfl_xor_f32(float v, int mask) {
 }
 
 CG_DEVICE uint4 load_stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+CG_DEVICE void store_stream8(void* p, uint32_t a, uint32_t b) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(a, b);
+}
 
 #if defined(CG_FP8_MAX)
 // Four floats to four fp8 bytes (a in the lowest byte) with v_cvt_pk_fp8_f32: e4m3fnuz on
