@@ -10,10 +10,6 @@
 
 namespace cg {
 
-// 32-bit index math where the problem allows it, 64-bit where it does not.
-template <bool WIDE> struct IndexType { using type = uint32_t; };
-template <> struct IndexType<true> { using type = int64_t; };
-
 CG_DEVICE uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
 CG_DEVICE uint32_t umin(uint32_t a, uint32_t b) { return a < b ? a : b; }
 
