@@ -1,6 +1,6 @@
 """Time quant launch shapes on the local GPU: python tools/tune_quant.py
 
-Sweeps groups per lane (ITEMS), block size and the grid cap (GRID_WAVES), next to torch
+Sweeps groups per lane (ITEMS), loads per lane (LOADS) and the grid cap (GRID_WAVES), next to torch
 elementwise kernels with the same traffic, so a gap can be placed."""
 import itertools
 
@@ -22,12 +22,10 @@ for g, ue8m0, (t, h) in itertools.product((128,), (False,), ((8192, 7168), (1638
     x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
     nbytes = t * h * 3 + t * h // g * 4
     row = []
-    for items, loads, waves, lh, sh in ((1, 2, 2, 0, 0), (1, 2, 2, 1, 0), (1, 2, 2, 2, 0),
-                                        (1, 2, 2, 0, 1), (1, 2, 2, 1, 1), (1, 2, 4, 1, 1),
-                                        (1, 2, 0, 1, 1)):
-        fam.ITEMS, fam.LOADS, fam.GRID_WAVES, fam.LOAD_HINT, fam.STORE_HINT = items, loads, waves, lh, sh
-        ops.quant._launchers.clear()
+    for items, loads, waves in ((2, 1, 0), (1, 2, 0), (1, 2, 2), (1, 2, 4), (2, 2, 2)):
+        fam.ITEMS, fam.LOADS, fam.GRID_WAVES = items, loads, waves
+        ops._common._launchers.clear()
         dispatch._loaded.clear()
         us = bench_us(lambda: ops.per_token_group_quant_fp8(x, g, ue8m0=ue8m0))
-        row.append(f"i{items}l{loads}w{waves}L{lh}S{sh}: {us:5.1f}us {nbytes / us / 1e3 / copy:4.0%}")
+        row.append(f"i{items}l{loads}w{waves}: {us:5.1f}us {nbytes / us / 1e3 / copy:4.0%}")
     print(f"G={g} ue8m0={ue8m0:d} {t}x{h}: " + " ".join(row))

@@ -10,9 +10,6 @@ DTYPES = {"bf16": (0, 2), "fp16": (1, 2), "fp32": (2, 4)}
 BLOCK = 256
 ITEMS = 1
 LOADS = 2        # 16-byte loads per lane and group (more: fewer lanes per group)
-LOAD_HINT = 0    # NVIDIA load cache hint (arch_cuda.cuh: 0 nc + no L1, 1 + L2 evict_first, 2 plain)
-STORE_HINT = 0   # NVIDIA store hint (1: streaming .cs)
-MIN_BLOCKS = 0   # NVIDIA: resident blocks per SM the register allocation must allow (0: any)
 GRID_WAVES = 2   # grid cap in multiples of the resident blocks (0: one block per batch)
 
 # launcher(x, q, scales, num_groups, groups_per_row, x_row_stride_bytes, scale_col_stride,
@@ -47,9 +44,7 @@ def context(v: Variant) -> dict:
                 tpg=v["group_size"] // (n * loads(v)),
                 block=BLOCK, items=ITEMS, ue8m0=str(v["ue8m0"]).lower(),
                 col_scales=str(v["scale_layout"] != "row").lower(),
-                fp8_max=repr(float(v.fp8.max)), cvt_clamps=int(cvt_clamps(v)),
-                load_hint=LOAD_HINT, store_hint=STORE_HINT,
-                min_blocks_bound=f", {MIN_BLOCKS}" if MIN_BLOCKS and v.target.vendor == "nvidia" else "")
+                fp8_max=repr(float(v.fp8.max)), cvt_clamps=int(cvt_clamps(v)))
 
 
 def cvt_clamps(v: Variant) -> bool:
