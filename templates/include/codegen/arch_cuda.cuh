@@ -7,6 +7,9 @@
 
 namespace cg {
 
+CG_DEVICE int thread_x() { return int(threadIdx.x); }
+CG_DEVICE int block_x() { return int(blockIdx.x); }
+
 CG_DEVICE float bits_to_float(uint32_t u) { return __uint_as_float(u); }
 CG_DEVICE uint32_t float_to_bits(float f) { return __float_as_uint(f); }
 
@@ -55,37 +58,12 @@ CG_DEVICE float shfl_xor_f32(float v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask, WIDTH);
 }
 
-// Streaming 16-byte load: read once. CG_LOAD_HINT 0: non-coherent, no L1 allocation;
-// 1: the same, first out of L2; 2: plain load.
-#ifndef CG_LOAD_HINT
-#define CG_LOAD_HINT 0
-#endif
+// Streaming 16-byte load: read once, non-coherent, no L1 allocation.
 CG_DEVICE uint4 load_stream16(const void* p) {
   uint4 v;
-#if CG_LOAD_HINT == 0
   asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-#elif CG_LOAD_HINT == 1
-  asm(
-      "{\n .reg .b64 pol;\n createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
-      " ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], pol;\n}"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-#else
-  v = *reinterpret_cast<const uint4*>(p);
-#endif
   return v;
-}
-
-// 8-byte store of results nobody reads back soon (CG_STORE_HINT 1: streaming, .cs).
-#ifndef CG_STORE_HINT
-#define CG_STORE_HINT 0
-#endif
-CG_DEVICE void store_stream8(void* p, uint32_t a, uint32_t b) {
-#if CG_STORE_HINT == 1
-  asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" :: "l"(p), "r"(a), "r"(b) : "memory");
-#else
-  *reinterpret_cast<uint2*>(p) = make_uint2(a, b);
-#endif
 }
 
 #if defined(CG_FP8_MAX)

@@ -9,6 +9,13 @@
 
 namespace cg {
 
+// threadIdx.x and blockIdx.x. HIP's threadIdx / blockIdx go through __ockl_get_local_id /
+// __ockl_get_group_id, which stay calls when no device library is linked (the offline assembly
+// toolchain) and then cost registers and spills around the call; the builtins read the hardware
+// registers directly.
+CG_DEVICE int thread_x() { return int(__builtin_amdgcn_workitem_id_x()); }
+CG_DEVICE int block_x() { return int(__builtin_amdgcn_workgroup_id_x()); }
+
 CG_DEVICE float bits_to_float(uint32_t u) { return __builtin_bit_cast(float, u); }
 CG_DEVICE uint32_t float_to_bits(float f) { return __builtin_bit_cast(uint32_t, f); }
 
@@ -41,9 +48,6 @@ CG_DEVICE float shfl_xor_f32(float v, int mask) {
 }
 
 CG_DEVICE uint4 load_stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
-CG_DEVICE void store_stream8(void* p, uint32_t a, uint32_t b) {
-  *reinterpret_cast<uint2*>(p) = make_uint2(a, b);
-}
 
 #if defined(CG_FP8_MAX)
 // Four floats to four fp8 bytes (a in the lowest byte) with v_cvt_pk_fp8_f32: e4m3fnuz on

@@ -18,18 +18,6 @@ namespace cg {
 
 constexpr int kChunk = 8;  // elements per chunk, every dtype
 
-// threadIdx.x and blockIdx.x. HIP's threadIdx / blockIdx go through __ockl_get_local_id /
-// __ockl_get_group_id, which stay calls when no device library is linked (the offline assembly
-// toolchain) and then cost registers and spills around the call; the builtins read the hardware
-// registers directly. (Vendor-specific: a candidate for arch_hip.h / arch_cuda.cuh.)
-#if defined(__HIPCC__) || defined(__HIP__)
-CG_DEVICE int thread_x() { return int(__builtin_amdgcn_workitem_id_x()); }
-CG_DEVICE int block_x() { return int(__builtin_amdgcn_workgroup_id_x()); }
-#else
-CG_DEVICE int thread_x() { return int(threadIdx.x); }
-CG_DEVICE int block_x() { return int(blockIdx.x); }
-#endif
-
 // One rounding, spelled out so that no compiler contracts a*b+c differently in two kernels.
 CG_DEVICE float fma_rn(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 
