@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from ..dispatch import arch_of
+from ..dispatch import arch_of, kernel, variant_for
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 LIB = torch.library.Library("codegen", "DEF")
@@ -35,3 +35,15 @@ def check_rc(rc: int, what: str) -> None:
     if rc != 0:
         raise RuntimeError(f"{what}: kernel launch failed with GPU runtime error {rc}")
 
+
+_launchers: dict[tuple, tuple] = {}
+
+
+def launcher(family: str, x: torch.Tensor, **params):
+    """(launcher, uri) of the variant serving these parameters on x's device, cached."""
+    key = (family, x.device, *params.items())
+    hit = _launchers.get(key)
+    if hit is None:
+        v = variant_for(family, arch(x), **params)
+        hit = _launchers[key] = (kernel(v), v.uri)
+    return hit

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import torch
 
-from ..dispatch import Unsupported, kernel, variant_for
+from ..dispatch import Unsupported
 from ..families import quant as fam
 from ..targets import get_target
-from ._common import DTYPE_NAMES, LIB, arch, check_rc, check_tensor, stream
+from ._common import DTYPE_NAMES, LIB, arch, check_rc, check_tensor, launcher, stream
 
 SCALE_LAYOUTS = ("row", "col", "col_tma")
 GROUP_SIZES = (32, 64, 128)
@@ -36,27 +36,14 @@ def _fake(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
     return q, empty_scales(t, h // group_size, scale_layout, x.device)
 
 
-_launchers: dict[tuple, object] = {}
-
-
-def _launcher(x, group_size, scale_layout, ue8m0, fp8_max):
-    key = (x.device, x.dtype, group_size, scale_layout, ue8m0, fp8_max)
-    fn = _launchers.get(key)
-    if fn is None:
-        v = variant_for("group_quant_fp8", arch(x), dtype=DTYPE_NAMES[x.dtype],
-                        group_size=group_size, scale_layout=scale_layout, ue8m0=ue8m0,
-                        fp8_max=fp8_max)
-        fn = _launchers[key] = (kernel(v), v.uri)
-    return fn
-
-
 def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
     t, h = x.shape
     q = torch.empty((t, h), dtype=fp8_dtype, device=x.device)
     s = empty_scales(t, h // group_size, scale_layout, x.device)
     if t == 0 or h == 0:
         return q, s
-    fn, uri = _launcher(x, group_size, scale_layout, ue8m0, fp8_max)
+    fn, uri = launcher("group_quant_fp8", x, dtype=DTYPE_NAMES[x.dtype], group_size=group_size,
+                       scale_layout=scale_layout, ue8m0=ue8m0, fp8_max=fp8_max)
     rc = fn(x.data_ptr(), q.data_ptr(), s.data_ptr(), t * (h // group_size), h // group_size,
             x.stride(0) * x.element_size(), scale_col_stride(t, scale_layout),
             fam.GRID_WAVES, stream(x))

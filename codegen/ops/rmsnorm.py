@@ -12,29 +12,15 @@ import math
 
 import torch
 
-from ..dispatch import kernel, variant_for
 from ..families.dual_rmsnorm_quant import max_h as dual_max_h
 from ..targets import get_target
-from ._common import DTYPE_NAMES, LIB, arch, check_rc, check_tensor, stream
+from ._common import DTYPE_NAMES, LIB, arch, check_rc, check_tensor, launcher, stream
 from .quant import SCALE_LAYOUTS, empty_scales, resolve_fp8
 
 QUANT_DTYPES = (torch.bfloat16, torch.float16)
 QUANT_GROUP_SIZES = (64, 128)
 MAX_H = 1 << 24          # H as a float is exact, byte offsets within a row fit in 32 bits
 MAX_T = (1 << 31) - 1
-
-_launchers: dict[tuple, tuple] = {}
-
-
-def _launcher(family: str, x: torch.Tensor, **params):
-    """(launcher, uri) of the variant serving these parameters on x's device, cached."""
-    key = (family, x.device, tuple(sorted(params.items())))
-    hit = _launchers.get(key)
-    if hit is None:
-        v = variant_for(family, arch(x), **params)
-        hit = _launchers[key] = (kernel(v), v.uri)
-    return hit
-
 
 def _rows_aligned(t: torch.Tensor) -> bool:
     """Every row (or the one vector) of t starts on a 16-byte boundary."""
@@ -147,7 +133,7 @@ def _norm(x, residual, weight, eps):
     # 16-byte accesses when every row of every operand starts on a 16-byte boundary
     vector = (h * x.element_size()) % 16 == 0 and _rows_aligned(x) and _rows_aligned(weight) \
         and (residual is None or _rows_aligned(residual))
-    fn, uri = _launcher("rmsnorm", x, dtype=DTYPE_NAMES[x.dtype], residual=residual is not None,
+    fn, uri = launcher("rmsnorm", x, dtype=DTYPE_NAMES[x.dtype], residual=residual is not None,
                         load="vec16" if vector else "scalar")
     rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
             y.data_ptr(), t, h, _row_stride_bytes(x),
@@ -231,7 +217,7 @@ def _rgq_impl(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_re
     if residual is not None:
         _check_aligned_residual(residual)
     x, weight = _aligned_copy(x), _aligned_copy(weight)
-    fn, uri = _launcher("rmsnorm_group_quant", x, dtype=DTYPE_NAMES[x.dtype],
+    fn, uri = launcher("rmsnorm_group_quant", x, dtype=DTYPE_NAMES[x.dtype],
                         group_size=group_size, ue8m0=bool(ue8m0),
                         residual=residual is not None, fp8_max=fp8_max)
     rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
@@ -298,7 +284,7 @@ def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0,
     if t == 0:
         return q_fp8, q_scales, kv_out
     q, q_weight, kv, kv_weight = map(_aligned_copy, (q, q_weight, kv, kv_weight))
-    fn, uri = _launcher("dual_rmsnorm_group_quant", q, dtype=DTYPE_NAMES[q.dtype],
+    fn, uri = launcher("dual_rmsnorm_group_quant", q, dtype=DTYPE_NAMES[q.dtype],
                         group_size=group_size, ue8m0=bool(ue8m0), fp8_max=fp8_max)
     rc = fn(q.data_ptr(), q_weight.data_ptr(), q_fp8.data_ptr(), q_scales.data_ptr(),
             kv.data_ptr(), kv_weight.data_ptr(), kv_out.data_ptr(), t, hq, hkv,
