@@ -178,21 +178,23 @@ def rmsnorm_quant_section(copy_gbs: float) -> list[dict]:
     return results + dual
 
 
+def host_us(fn, n=2000) -> float:
+    """Host wall time per call of fn, the GPU left to run behind it."""
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / n * 1e6
+
+
 def host_overhead() -> dict:
     """Wall time per call with the GPU kept busy elsewhere: our op vs a bare launch."""
     x = torch.randn(1, 1536, device="cuda").to(torch.bfloat16)
-    ops.per_token_group_quant_fp8(x)
-
-    def per_call(fn, n=2000):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        return (t1 - t0) / n * 1e6
-    bare = min(per_call(lambda: torch.cuda._sleep(0)) for _ in range(3))
-    ours = min(per_call(lambda: ops.per_token_group_quant_fp8(x)) for _ in range(3))
+    bare = min(host_us(lambda: torch.cuda._sleep(0)) for _ in range(3))
+    ours = min(host_us(lambda: ops.per_token_group_quant_fp8(x)) for _ in range(3))
     r = dict(bare_launch_us=bare, op_call_us=ours, overhead_us=ours - bare)
     table("host overhead per call (T=1, H=1536)", ["bare launch us", "op call us", "overhead us"],
           [[bare, ours, ours - bare]])

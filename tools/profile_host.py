@@ -1,11 +1,11 @@
 """Host cost per call (cProfile) and pure GPU time (CUDA graph replay) of the RMSNorm ops."""
 import cProfile
 import pstats
-import time
 
 import torch
 
 from codegen import ops
+from codegen.bench import host_us
 
 
 def graph_us(fn, n=20):
@@ -28,17 +28,6 @@ def graph_us(fn, n=20):
     b.record()
     b.synchronize()
     return a.elapsed_time(b) * 1e3 / (10 * n)
-
-
-def host_us(fn, n=500):
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / n * 1e6
 
 
 bf = torch.bfloat16
