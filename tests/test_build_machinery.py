@@ -3,8 +3,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from codegen.build.jit import cache_key
 from codegen.build.ninja import Edge, ninja_text, write_if_different
 from codegen.render import included_headers, render

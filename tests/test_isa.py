@@ -3,7 +3,6 @@
 Each arch is built once per session (ninja compiles in parallel); the tests read its manifest.
 """
 import re
-from pathlib import Path
 
 import pytest
 
