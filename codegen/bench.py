@@ -178,6 +178,71 @@ def rmsnorm_quant_section(copy_gbs: float) -> list[dict]:
     return results + dual
 
 
+def _cublas_blockwise(a, sa, b, sb):
+    """torch._scaled_mm with 1x128 / 128x128 scales (cuBLAS), in the layout it expects
+    (TARGETS.md); None when this torch / device / shape does not take it."""
+    m, k = a.shape
+    n = b.shape[0]
+    kb, kr = sa.shape[1], -(-sa.shape[1] // 4) * 4
+    scale_a = sa.t().contiguous().t()
+    buf = torch.zeros(sb.shape[0], kr, device=a.device)
+    buf[:, :kb] = sb
+    scale_b = buf.t()
+    fn = lambda: torch._scaled_mm(a, b.t(), scale_a=scale_a, scale_b=scale_b,  # noqa: E731
+                                  out_dtype=torch.bfloat16)
+    try:
+        fn()
+        torch.cuda.synchronize()
+        return fn
+    except (RuntimeError, ValueError):
+        return None
+
+
+GEMM_SHAPES = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384),
+               (4096, 7168), (7168, 2048)]
+
+
+def gemm_section(copy_gbs: float, quick: bool) -> list[dict]:
+    from .families.gemm import pick
+    from .targets import device_arch
+
+    arch = device_arch(torch.device("cuda"))
+    dtype = ops.gemm.fp8_dtype_of(arch)
+    ms = [1, 16, 64, 128, 1024, 4096, 8192] if not quick else [1, 16, 4096]
+    results = []
+    for n, k in GEMM_SHAPES:
+        b = torch.randn(n, k, device="cuda").to(dtype)
+        sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
+        for m in ms:
+            a = torch.randn(m, k, device="cuda").to(dtype)
+            sa = torch.rand(m, -(-k // 128), device="cuda") + 0.5
+            ours = bench_us(lambda: ops.gemm_a8w8_blockscale(a, sa, b, sb))
+            ref = ops.gemm_a8w8_blockscale(a, sa, b, sb)
+            peer = _cublas_blockwise(a, sa, b, sb)
+            cublas = bench_us(peer) if peer else None
+            if peer:   # the peer computes the same thing: a wrong layout would show here
+                got = peer().float()
+                err = ((got - ref.float()).abs().mean() / ref.float().abs().mean()).item()
+                assert err < 1e-2, f"cuBLAS blockwise disagrees ({err:.3g}) at {m}x{n}x{k}"
+            flops = 2 * m * n * k
+            cfg = pick(arch, m, n, k)
+            results.append(dict(op="gemm", m=m, n=n, k=k, us=ours, tflops=flops / ours / 1e6,
+                                cublas_us=cublas,
+                                cublas_tflops=flops / cublas / 1e6 if cublas else None,
+                                vs_cublas=cublas / ours if cublas else None,
+                                weight_gbs=n * k / ours / 1e3,
+                                weight_copy_frac=n * k / ours / 1e3 / copy_gbs,
+                                config="{kernel} {block_m}x{block_n} sk{split_k} s{stages}"
+                                .format(**cfg)))
+    table("gemm_a8w8_blockscale, bf16 out (weight GB/s = N*K bytes / time)",
+          ["M", "N", "K", "ours us", "TFLOP/s", "cuBLAS TFLOP/s", "x cuBLAS", "weight GB/s",
+           "of copy", "config"],
+          [[r["m"], r["n"], r["k"], r["us"], r["tflops"], r["cublas_tflops"] or "n/a",
+            r["vs_cublas"] or "n/a", r["weight_gbs"], f"{r['weight_copy_frac']:.0%}", r["config"]]
+           for r in results])
+    return results
+
+
 def host_us(fn, n=2000) -> float:
     """Host wall time per call of fn, the GPU left to run behind it."""
     fn()
@@ -232,7 +297,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     ap.add_argument("--json", help="write all figures here")
-    ap.add_argument("--sections", default="jit,overhead,quant,rmsnorm,rmsnorm_quant")
+    ap.add_argument("--sections", default="jit,overhead,quant,rmsnorm,rmsnorm_quant,gemm")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench: no GPU visible; nothing to measure", file=sys.stderr)
@@ -255,6 +320,8 @@ def main(argv=None) -> int:
         out["rmsnorm"] = rmsnorm_section(out["copy_gbs"], args.quick)
     if "rmsnorm_quant" in sections:
         out["rmsnorm_quant"] = rmsnorm_quant_section(out["copy_gbs"])
+    if "gemm" in sections:
+        out["gemm"] = gemm_section(out["copy_gbs"], args.quick)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -91,3 +91,23 @@ def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.
     """(q_fp8, q_scales, kv_normed): rmsnorm_group_quant of q, rmsnorm of kv."""
     qq, qs, _, _ = rmsnorm_group_quant(q, q_weight, eps, group_size, fp8_dtype, fp8_max, ue8m0)
     return qq, qs, rmsnorm(kv, kv_weight, eps)
+
+
+# ---- FP8 block-scale GEMM (NUMERICS.md, "FP8 block-scale GEMM") ----
+
+def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor,
+                         b_scales: torch.Tensor, block: int = 128) -> torch.Tensor:
+    """out [M, N] bf16 = sum over K blocks of (A_kb @ B_kb^T) * As[:, kb] * Bs[n / block, kb].
+
+    Dequantizes in fp32 (exact: fp8 * fp32 scale) and multiplies in fp64, so the reference
+    itself carries no fp32 accumulation error. K need not be a multiple of the block.
+    """
+    m, k = a.shape
+    n = b.shape[0]
+    kb = -(-k // block)
+    col_block = torch.arange(k, device=a.device) // block
+    a_deq = a.double() * a_scales.double()[:, col_block]
+    row_block = torch.arange(n, device=a.device) // block
+    b_deq = b.double() * b_scales.double()[row_block][:, col_block]
+    assert a_scales.shape == (m, kb) and b_scales.shape == (-(-n // block), kb)
+    return (a_deq @ b_deq.t()).to(torch.bfloat16)

@@ -28,7 +28,8 @@ class Entry:
 def plan(target: Target, ops: list[str] | None) -> list[Entry]:
     entries = []
     for fam in ops or families():
-        for v in enumerate_variants(fam, target):
+        chooser = getattr(get_family(fam), "variants", None)   # families that build a subset
+        for v in (chooser(target) if chooser else enumerate_variants(fam, target)):
             reason = validate(v)
             entries.append(Entry(v, "skipped", reason) if reason else Entry(v))
     return entries

@@ -13,6 +13,7 @@ _MODULES = {
     "rmsnorm": "rmsnorm",
     "rmsnorm_group_quant": "rmsnorm_quant",
     "dual_rmsnorm_group_quant": "dual_rmsnorm_quant",
+    "gemm_a8w8_blockscale": "gemm",
 }
 
 

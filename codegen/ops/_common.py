@@ -9,7 +9,8 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
 LIB = torch.library.Library("codegen", "DEF")
 
 
-def check_tensor(name: str, t: torch.Tensor, dtypes=tuple(DTYPE_NAMES), ndim: int | None = None):
+def check_tensor(name: str, t: torch.Tensor, dtypes=tuple(DTYPE_NAMES), ndim: int | None = None,
+                 any_strides: bool = False):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.dtype not in dtypes:
@@ -19,7 +20,7 @@ def check_tensor(name: str, t: torch.Tensor, dtypes=tuple(DTYPE_NAMES), ndim: in
         raise ValueError(f"{name}: expected {ndim} dims, got shape {tuple(t.shape)}")
     if t.device.type != "cuda":
         raise ValueError(f"{name}: must be on a GPU (cuda/hip device), got device {t.device}")
-    if t.dim() and t.stride(-1) != 1 and t.numel() > 1:
+    if not any_strides and t.dim() and t.stride(-1) != 1 and t.numel() > 1:
         raise ValueError(f"{name}: last dim must be contiguous (stride 1), got strides {t.stride()}")
 
 

@@ -77,6 +77,16 @@ CG_DEVICE uint32_t cvt_pk4_fp8(float a, float b, float c, float d) {
 }
 #endif
 
+// FP8 matrix instruction, c += a * b on one warp's fragments (codegen/matrix.py has the lane
+// layout): a[0] holds row lane/4 (registers a0, a2), a[1] row lane/4 + 8 (a1, a3).
+template <int = 0>
+CG_DEVICE void mma_m16n8k32_e4m3(float (&c)[4], const uint2 (&a)[2], uint2 b) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0].x), "r"(a[1].x), "r"(a[0].y), "r"(a[1].y), "r"(b.x), "r"(b.y));
+}
+
 // Blocks of `kernel` resident on the current device at once (cached per device).
 template <typename Kernel>
 inline int64_t resident_blocks(Kernel kernel, int block) {

@@ -59,6 +59,36 @@ CG_DEVICE uint32_t cvt_pk4_fp8(float a, float b, float c, float d) {
 }
 #endif
 
+// FP8 matrix instructions, c += a * b on one wave's fragments (codegen/matrix.py has their
+// lane layouts). Templates, so that a target without the instruction fails to compile only
+// a kernel that uses it; the host pass never runs them.
+template <int = 0>
+CG_DEVICE void mfma_f32_16x16x32_fp8(float (&c)[4], const uint2 (&a)[1], uint2 b) {
+#if defined(__gfx942__) || defined(__gfx950__)
+  typedef float f4 __attribute__((ext_vector_type(4)));
+  f4 acc = {c[0], c[1], c[2], c[3]};
+  acc = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(__builtin_bit_cast(long, a[0]),
+                                                   __builtin_bit_cast(long, b), acc, 0, 0, 0);
+  for (int i = 0; i < 4; ++i) c[i] = acc[i];
+#elif defined(__HIP_DEVICE_COMPILE__)
+  static_assert(sizeof(c) == 0, "v_mfma_f32_16x16x32_fp8_fp8 needs gfx942 or gfx950");
+#endif
+}
+
+template <int = 0>
+CG_DEVICE void wmma_f32_16x16x16_fp8(float (&c)[8], const uint2 (&a)[1], uint2 b) {
+#if defined(__gfx1200__) || defined(__gfx1201__)
+  typedef float f8 __attribute__((ext_vector_type(8)));
+  typedef int i2 __attribute__((ext_vector_type(2)));
+  f8 acc = {c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]};
+  acc = __builtin_amdgcn_wmma_f32_16x16x16_fp8_fp8_w32_gfx12(__builtin_bit_cast(i2, a[0]),
+                                                             __builtin_bit_cast(i2, b), acc);
+  for (int i = 0; i < 8; ++i) c[i] = acc[i];
+#elif defined(__HIP_DEVICE_COMPILE__)
+  static_assert(sizeof(c) == 0, "v_wmma_f32_16x16x16_fp8_fp8 needs gfx12");
+#endif
+}
+
 // Blocks of `kernel` resident on the current device at once (cached per device).
 template <typename Kernel>
 inline int64_t resident_blocks(Kernel kernel, int block) {

@@ -1,0 +1,182 @@
+"""FP8 block-scale GEMM: tile configs, their validation, and the per-target dispatch tables.
+
+Two kernels share one launcher signature:
+- "mma" (templates/gemm_a8w8_blockscale_mma.cu.j2), every FP8 target: one wave computes a
+  block_m x block_n tile from fragments it loads itself (codegen/matrix.py names the matrix
+  instruction per target); split_k waves of a block take interleaved 128-wide K blocks and are
+  summed through LDS. It is the small-M kernel everywhere, and the whole GEMM on AMD for now.
+- "wgmma" (gemm_a8w8_blockscale_wgmma.cu.j2), sm_90a: block_m / 64 warpgroups, a stages-deep
+  cp.async pipeline into 128-byte-swizzled shared memory, wgmma m64 n{block_n} k32.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+from functools import cache
+from pathlib import Path
+
+from ..matrix import Atom, atom_for
+from ..spec import Variant, make_variant
+
+FAMILY = "gemm_a8w8_blockscale"
+TABLE_DIR = Path(__file__).resolve().parent.parent / "tables"
+SCALE_BLOCK = 128
+M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+
+# launcher(a, b, a_scales, b_scales, out, M, N, K, lda, ldb, as_stride_m, as_stride_k,
+#          bs_stride_n, bs_stride_k, stream)
+ARGTYPES = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 9 + [ctypes.c_void_p]
+
+# Register budget per lane for the estimate below (AMD: architected VGPRs of one wave).
+_REG_BUDGET = {"amd": 256, "nvidia": 255}
+
+
+def m_bucket(m: int) -> int:
+    return next((b for b in M_BUCKETS if m <= b), M_BUCKETS[-1])
+
+
+# ---- tile shapes --------------------------------------------------------------------------
+
+def swapped(v: Variant) -> bool:
+    """mma kernel: the instruction's rows are B's rows (weights) when the tile is wider in N."""
+    return v["block_n"] > v["block_m"]
+
+
+def mma_frags(v: Variant, atom: Atom) -> tuple[int, int]:
+    """Instructions per wave along the atom's rows and columns."""
+    rows, cols = (v["block_n"], v["block_m"]) if swapped(v) else (v["block_m"], v["block_n"])
+    return rows // atom.rows, cols // atom.cols
+
+
+def mma_registers(v: Variant, atom: Atom, prefetch: bool) -> int:
+    """Estimated registers per lane: accumulators, one or two K blocks of fragments, 32 more."""
+    fr, fc = mma_frags(v, atom)
+    frags = 4 * (fr * len(atom.a_rows) + fc) * (128 // atom.pair_k)
+    return 2 * fr * fc * len(atom.c) + frags * (2 if prefetch else 1) + 32
+
+
+def mma_prefetch(v: Variant, atom: Atom) -> bool:
+    """Hold the next K block's fragments too, where registers allow (more bytes in flight)."""
+    return mma_registers(v, atom, prefetch=True) <= _REG_BUDGET[v.target.vendor] * 3 // 4
+
+
+def mma_reduce_bytes(v: Variant, atom: Atom) -> int:
+    fr, fc = mma_frags(v, atom)
+    return 0 if v["split_k"] == 1 else v["split_k"] * fr * fc * len(atom.c) * atom.wave * 4
+
+
+def wgmma_smem_bytes(v: Variant) -> int:
+    return v["stages"] * (v["block_m"] + v["block_n"]) * SCALE_BLOCK + 1024  # + alignment
+
+
+def block_threads(v: Variant) -> int:
+    if v["kernel"] == "wgmma":
+        return 128 * (v["block_m"] // 64)
+    return v["split_k"] * v.target.wave_size
+
+
+def validate(v: Variant) -> str | None:
+    t, bm, bn = v.target, v["block_m"], v["block_n"]
+    if v["kernel"] == "wgmma":
+        if t.arch != "sm_90a":
+            return "kernel=wgmma needs sm_90a (warpgroup MMA)"
+        if bm not in (64, 128) or bn not in (64, 128):
+            return f"wgmma tiles are 64 or 128 in M and N, not {bm}x{bn}"
+        if v["split_k"] != 1 or v["stages"] < 3:
+            return "wgmma takes split_k=1 and 3 or more stages"
+        if wgmma_smem_bytes(v) > t.lds_bytes:
+            return f"{wgmma_smem_bytes(v)} bytes of shared memory exceed {t.lds_bytes}"
+        return None
+    atom = atom_for(t.arch)
+    if atom is None:
+        return f"no FP8 matrix instruction known for {t.arch}"
+    if v["stages"] != 1:
+        return "kernel=mma has no shared-memory pipeline (stages=1)"
+    rows, cols = (bn, bm) if swapped(v) else (bm, bn)
+    if rows % atom.rows or cols % atom.cols:
+        return (f"tile {bm}x{bn} does not split into {atom.rows}x{atom.cols} instructions "
+                f"({'B' if swapped(v) else 'A'} rows on the instruction's M)")
+    if v["split_k"] * atom.wave > 1024:
+        return f"split_k={v['split_k']} waves of {atom.wave} exceed 1024 threads"
+    regs = mma_registers(v, atom, prefetch=False)
+    if regs > _REG_BUDGET[t.vendor]:
+        return f"about {regs} registers per lane, over the {_REG_BUDGET[t.vendor]} budget"
+    if mma_reduce_bytes(v, atom) > t.lds_bytes:
+        return f"{mma_reduce_bytes(v, atom)} bytes of LDS for the split-K sum exceed {t.lds_bytes}"
+    return None
+
+
+def context(v: Variant) -> dict:
+    ctx = dict(block_m=v["block_m"], block_n=v["block_n"], block=block_threads(v))
+    if v["kernel"] == "wgmma":
+        return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v))
+    atom = atom_for(v.arch)
+    fr, fc = mma_frags(v, atom)
+    return dict(ctx, atom=atom, fr=fr, fc=fc, split_k=v["split_k"], swap=swapped(v),
+                prefetch=mma_prefetch(v, atom))
+
+
+# ---- configs and dispatch -----------------------------------------------------------------
+
+def config(kernel: str, block_m: int, block_n: int, split_k: int = 1, stages: int = 1) -> dict:
+    return dict(kernel=kernel, block_m=block_m, block_n=block_n, block_k=SCALE_BLOCK,
+                split_k=split_k, stages=stages)
+
+
+def heuristic(arch: str, m: int) -> dict:
+    """The config for a shape no table entry covers: by M only, valid for any N and K."""
+    if arch == "sm_90a":
+        if m <= 8:
+            return config("mma", 8, 32, split_k=8)
+        if m <= 16:
+            return config("mma", 16, 32, split_k=8)
+        if m <= 128:
+            return config("wgmma", 64, 128, stages=5)
+        return config("wgmma", 128, 128, stages=5)
+    if m <= 16:
+        return config("mma", 16, 16, split_k=8)
+    if arch.startswith("gfx12"):
+        return config("mma", 32, 64)
+    return config("mma", 64, 64)
+
+
+def default_configs(arch: str) -> list[dict]:
+    """What a build compiles besides the table: the heuristic's picks."""
+    picks = [heuristic(arch, m) for m in M_BUCKETS]
+    return [c for i, c in enumerate(picks) if c not in picks[:i]]
+
+
+def table_path(arch: str) -> Path:
+    return TABLE_DIR / f"{FAMILY}.{arch}.json"
+
+
+@cache
+def table(arch: str) -> dict[tuple[int, int, int], dict]:
+    """(M bucket, N, K) -> config, from the tuned table in the repo (empty when none)."""
+    path = table_path(arch)
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {(e["m"], e["n"], e["k"]): e["config"] for e in data["entries"]}
+
+
+def pick(arch: str, m: int, n: int, k: int) -> dict:
+    return table(arch).get((m_bucket(m), n, k)) or heuristic(arch, m)
+
+
+def variants(target) -> list[Variant]:
+    """The variants a build compiles for a target: the table's configs and the defaults."""
+    if not target.has_fp8:
+        return [make_variant(FAMILY, target.arch, fp8="none", **config("mma", 16, 16))]
+    configs = default_configs(target.arch)
+    for c in table(target.arch).values():
+        if c not in configs:
+            configs.append(c)
+    return [make_variant(FAMILY, target.arch, fp8=fp8_token(target, f.name), **c)
+            for f in target.fp8_formats if f.token == fp8_token(target, f.name)
+            for c in configs]
+
+
+def fp8_token(target, name: str) -> str:
+    """The GEMM reads fp8 bytes as they are: one variant per format, whatever the max."""
+    return next(f.token for f in target.fp8_formats if f.name == name)

@@ -1,0 +1,76 @@
+"""FP8 matrix instructions as data: which lane feeds which row, column and K slice.
+
+The portable GEMM kernel (templates/gemm_a8w8_blockscale_mma.cu.j2) is written once for every
+target; what differs is the matrix instruction, described here. Each index below is an
+expression of `lane` that is valid C and valid Python, so the same text is rendered into the
+kernel and evaluated by the lane-level model in tests/test_gemm_lane_model.py, which checks it
+against the instruction's operand layout as AMD's and NVIDIA's documents state it.
+
+For every instruction listed, a lane holds 8 fp8 bytes of each A row it feeds and 8 of its B
+column, and those bytes sit in the same K positions for A and B ("kgroup" picks which 8-byte
+slice of the instruction's K). The kernel loads 16 bytes per row and kgroup and gives the low 8 to
+one instruction and the high 8 to the next: a K order that differs from memory order, but the
+same for A and B, so the dot products are unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Atom:
+    name: str                 # the cg:: function in templates/include/codegen/arch_*.h
+    mnemonic: str             # how the instruction appears in assembly
+    rows: int                 # M of one instruction
+    cols: int                 # N of one instruction
+    k: int                    # K of one instruction
+    wave: int                 # lanes that issue it together
+    kgroups: int              # 8-byte K slices per row: k == 8 * kgroups
+    a_rows: tuple[str, ...]   # the A rows (0..rows) a lane feeds, one 8-byte operand each
+    a_kgroup: str             # which 8-byte K slice of those rows
+    b_col: str                # the B column (0..cols) a lane feeds
+    b_kgroup: str
+    c: tuple[tuple[str, str], ...]   # (row, col) of each accumulator register of a lane
+
+    @property
+    def pair_k(self) -> int:
+        """K covered by one 16-byte load per row and lane: two instructions."""
+        return 16 * self.kgroups
+
+
+ATOMS = {a.name: a for a in (
+    # gfx942 / gfx950 (wave64): D[16x16] += A[16x32] B[32x16]
+    Atom("mfma_f32_16x16x32_fp8", "v_mfma_f32_16x16x32_fp8_fp8", 16, 16, 32, 64, 4,
+         a_rows=("(lane & 15)",), a_kgroup="(lane >> 4)",
+         b_col="(lane & 15)", b_kgroup="(lane >> 4)",
+         c=tuple((f"((lane >> 4) * 4 + {i})", "(lane & 15)") for i in range(4))),
+    # gfx1200 / gfx1201 (wave32): D[16x16] += A[16x16] B[16x16]
+    Atom("wmma_f32_16x16x16_fp8", "v_wmma_f32_16x16x16_fp8_fp8", 16, 16, 16, 32, 2,
+         a_rows=("(lane & 15)",), a_kgroup="(lane >> 4)",
+         b_col="(lane & 15)", b_kgroup="(lane >> 4)",
+         c=tuple((f"((lane >> 4) * 8 + {i})", "(lane & 15)") for i in range(8))),
+    # sm_89+ (warp32): mma.sync m16n8k32 e4m3; a lane's 8 bytes of a row are the registers
+    # a0 / a2 (row lane/4) or a1 / a3 (row lane/4 + 8), its B bytes are b0 / b1.
+    Atom("mma_m16n8k32_e4m3", "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32",
+         16, 8, 32, 32, 4,
+         a_rows=("(lane >> 2)", "((lane >> 2) + 8)"), a_kgroup="(lane & 3)",
+         b_col="(lane >> 2)", b_kgroup="(lane & 3)",
+         c=(("(lane >> 2)", "((lane & 3) * 2)"), ("(lane >> 2)", "((lane & 3) * 2 + 1)"),
+            ("((lane >> 2) + 8)", "((lane & 3) * 2)"),
+            ("((lane >> 2) + 8)", "((lane & 3) * 2 + 1)"))),
+)}
+
+# The instruction each target's portable GEMM uses.
+TARGET_ATOM = {"gfx942": "mfma_f32_16x16x32_fp8", "gfx950": "mfma_f32_16x16x32_fp8",
+               "gfx1200": "wmma_f32_16x16x16_fp8", "gfx1201": "wmma_f32_16x16x16_fp8",
+               "sm_90a": "mma_m16n8k32_e4m3"}
+
+
+def atom_for(arch: str) -> Atom | None:
+    name = TARGET_ATOM.get(arch)
+    return ATOMS[name] if name else None
+
+
+def evaluate(expr: str, lane: int) -> int:
+    """An index expression at one lane (the expressions use only lane, ints, + * >> &)."""
+    return int(eval(expr, {"__builtins__": {}}, {"lane": lane}))

@@ -1,0 +1,124 @@
+"""gemm_a8w8_blockscale: FP8 GEMM with 1x128 activation scales and 128x128 weight scales."""
+from __future__ import annotations
+
+import torch
+
+from ..dispatch import Unsupported
+from ..families import gemm as fam
+from ..targets import get_target
+from ._common import LIB, arch, check_rc, check_tensor, launcher, stream
+
+LIB.define("gemm_a8w8_blockscale(Tensor a, Tensor a_scales, Tensor b, Tensor b_scales) -> Tensor")
+
+
+@torch.library.register_fake("codegen::gemm_a8w8_blockscale")
+def _fake(a, a_scales, b, b_scales):
+    return a.new_empty((a.shape[0], b.shape[0]), dtype=torch.bfloat16)
+
+
+_picks: dict[tuple, tuple] = {}
+
+
+def fp8_dtype_of(arch_name: str) -> torch.dtype:
+    """The fp8 dtype the GEMM takes on an arch (its first FP8 format)."""
+    return getattr(torch, get_target(arch_name).fp8_format().torch_dtype)
+
+
+def _kernel(a: torch.Tensor, m: int, n: int, k: int):
+    key = (a.device, fam.m_bucket(m), n, k)
+    hit = _picks.get(key)
+    if hit is None:
+        target = get_target(arch(a))
+        fmt = {torch.float8_e4m3fn: "e4m3fn", torch.float8_e4m3fnuz: "e4m3fnuz"}[a.dtype]
+        params = dict(fam.pick(target.arch, m, n, k), fp8=fam.fp8_token(target, fmt))
+        hit = _picks[key] = launcher(fam.FAMILY, a, **params)
+    return hit
+
+
+def _impl(a, a_scales, b, b_scales, config: dict | None = None):
+    m, k = a.shape
+    n = b.shape[0]
+    out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
+    if m == 0 or n == 0:
+        return out
+    if config is None:
+        fn, uri = _kernel(a, m, n, k)
+    else:
+        target = get_target(arch(a))
+        fmt = {torch.float8_e4m3fn: "e4m3fn", torch.float8_e4m3fnuz: "e4m3fnuz"}[a.dtype]
+        fn, uri = launcher(fam.FAMILY, a, **config, fp8=fam.fp8_token(target, fmt))
+    rc = fn(a.data_ptr(), b.data_ptr(), a_scales.data_ptr(), b_scales.data_ptr(), out.data_ptr(),
+            m, n, k, a.stride(0), b.stride(0), a_scales.stride(0), a_scales.stride(1),
+            b_scales.stride(0), b_scales.stride(1), stream(a))
+    check_rc(rc, uri)
+    return out
+
+
+LIB.impl("gemm_a8w8_blockscale", _impl, "CUDA")
+
+
+def _check(a, a_scales, b, b_scales) -> None:
+    try:
+        target = get_target(arch(a)) if isinstance(a, torch.Tensor) and a.is_cuda else None
+    except ValueError as e:
+        raise Unsupported(f"a: device arch not supported: {e}") from None
+    fp8 = {getattr(torch, f.torch_dtype) for f in target.fp8_formats} if target else {
+        torch.float8_e4m3fn, torch.float8_e4m3fnuz}
+    if target is not None and not fp8:
+        raise Unsupported(f"a: arch {target.arch} has no FP8 matrix instructions")
+    check_tensor("a", a, dtypes=tuple(fp8), ndim=2)
+    check_tensor("b", b, dtypes=(a.dtype,), ndim=2)
+    check_tensor("a_scales", a_scales, dtypes=(torch.float32,), ndim=2, any_strides=True)
+    check_tensor("b_scales", b_scales, dtypes=(torch.float32,), ndim=2, any_strides=True)
+    for name, t in (("b", b), ("a_scales", a_scales), ("b_scales", b_scales)):
+        if t.device != a.device:
+            raise ValueError(f"{name}: on {t.device}, but a is on {a.device}")
+    (m, k), (n, kb_) = a.shape, b.shape
+    if kb_ != k:
+        raise ValueError(f"b: shape {tuple(b.shape)} has K={kb_}, a has K={k}")
+    if k % 16:
+        raise ValueError(f"a: K={k} is not a multiple of 16 (rows are read 16 bytes at a time); "
+                         f"pad A and B with zero columns to {-(-k // 16) * 16}")
+    for name, t in (("a", a), ("b", b)):
+        if t.stride(0) % 16 or t.data_ptr() % 16:
+            raise ValueError(f"{name}: rows must start on 16-byte boundaries "
+                             f"(row stride {t.stride(0)}, address {t.data_ptr():#x})")
+    kb = -(-k // fam.SCALE_BLOCK)
+    if tuple(a_scales.shape) != (m, kb):
+        raise ValueError(f"a_scales: shape {tuple(a_scales.shape)}, expected ({m}, {kb}) "
+                         f"(one scale per row and 128 columns of K)")
+    if tuple(b_scales.shape) != (-(-n // fam.SCALE_BLOCK), kb):
+        raise ValueError(f"b_scales: shape {tuple(b_scales.shape)}, expected "
+                         f"({-(-n // fam.SCALE_BLOCK)}, {kb}) (one scale per 128x128 block)")
+    if max(m, n, k) >= 2**31:
+        raise ValueError(f"a, b: dimensions ({m}, {n}, {k}) must be below 2^31")
+
+
+_checked: set = set()
+
+
+def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor,
+                         b_scales: torch.Tensor) -> torch.Tensor:
+    """out [M, N] bf16 = sum over 128-wide K blocks of (A @ B^T) * a_scales * b_scales.
+
+    a [M, K] and b [N, K]: the device's FP8 format (e4m3fn; e4m3fnuz on gfx942), last dim
+    contiguous, rows 16-byte aligned, K % 16 == 0 (K past the last full block counts as zeros).
+    a_scales [M, ceil(K/128)] fp32 in any strides: row-major, or the column-major "col" /
+    "col_tma" layouts per_token_group_quant_fp8 and rmsnorm_group_quant produce.
+    b_scales [ceil(N/128), ceil(K/128)] fp32 in any strides.
+    """
+    tensors = (a, a_scales, b, b_scales)
+    key = tuple((t.dtype, t.device, t.shape, t.stride()) for t in tensors) if all(
+        isinstance(t, torch.Tensor) for t in tensors) else None
+    if key is None or key not in _checked or a.data_ptr() % 16 or b.data_ptr() % 16:
+        _check(a, a_scales, b, b_scales)
+        _checked.add(key)
+    if torch.compiler.is_compiling():
+        return torch.ops.codegen.gemm_a8w8_blockscale(a, a_scales, b, b_scales)
+    return _impl(a, a_scales, b, b_scales)
+
+
+def gemm_with_config(a, a_scales, b, b_scales, config: dict) -> torch.Tensor:
+    """The GEMM with one explicit tile config (codegen.families.gemm.config): tests, tuner."""
+    _check(a, a_scales, b, b_scales)
+    return _impl(a, a_scales, b, b_scales, config)

@@ -1,0 +1,96 @@
+"""Tune the GEMM dispatch table on the present GPU: `python -m codegen.tune [--quick]`.
+
+Times every valid candidate config for each (M bucket, N, K) and writes the fastest to
+codegen/tables/gemm_a8w8_blockscale.<arch>.json (or --out), the table that dispatch and the
+build read. Candidates are compiled in parallel first.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from .bench import bench_us
+from .build import module_path
+from .families import gemm as fam
+from .spec import make_variant, validate
+from .targets import get_target, native_arch
+
+SHAPES = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168),
+          (7168, 2048)]
+MS = [1, 8, 16, 64, 128, 1024, 4096, 8192]
+
+
+def candidates(arch: str) -> list[dict]:
+    c = fam.config
+    cands = [c("mma", bm, bn, split_k=sk) for bm in (8, 16, 32, 64) for bn in (16, 32, 64)
+             for sk in (1, 4, 8, 16)]
+    cands += [c("wgmma", bm, bn, stages=s) for bm in (64, 128) for bn in (64, 128)
+              for s in (4, 5, 6)]
+    fp8 = get_target(arch).fp8_formats[0]
+    out = []
+    for cfg in cands:
+        v = make_variant(fam.FAMILY, arch, fp8=fp8.token, **cfg)
+        if validate(v) is None:
+            out.append(cfg)
+    return out
+
+
+def plausible(cfg: dict, m: int) -> bool:
+    """Skip configs that cannot win: tiny tiles at large M, wgmma at tiny M."""
+    if cfg["kernel"] == "mma":
+        return m <= 128 and cfg["block_m"] <= max(16, m)
+    return m >= 16
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer M values")
+    ap.add_argument("--out", help="table path (default: the repo's table for this arch)")
+    args = ap.parse_args(argv)
+    from .ops.gemm import gemm_with_config
+
+    arch = native_arch()
+    target = get_target(arch)
+    fp8 = target.fp8_formats[0]
+    dtype = getattr(torch, fp8.torch_dtype)
+    cands = candidates(arch)
+    t0 = time.time()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda c: module_path(make_variant(fam.FAMILY, arch, fp8=fp8.token, **c)),
+                      cands))
+    print(f"compiled {len(cands)} candidates in {time.time() - t0:.1f} s", file=sys.stderr)
+    entries = []
+    for n, k in SHAPES:
+        b = torch.randn(n, k, device="cuda").to(dtype)
+        sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
+        for m in (MS if not args.quick else [1, 16, 64, 1024, 4096]):
+            a = torch.randn(m, k, device="cuda").to(dtype)
+            sa = torch.rand(m, -(-k // 128), device="cuda") + 0.5
+            timed = []
+            for cfg in cands:
+                if plausible(cfg, m):
+                    us = bench_us(lambda: gemm_with_config(a, sa, b, sb, cfg), 5, 25)
+                    timed.append((us, cfg))
+            us, best = min(timed, key=lambda t: t[0])
+            entries.append(dict(m=fam.m_bucket(m), n=n, k=k, config=best, us=round(us, 2),
+                                tflops=round(2 * m * n * k / us / 1e6, 1)))
+            print(f"M={m} N={n} K={k}: {us:.1f} us {entries[-1]['tflops']} TFLOP/s {best}",
+                  file=sys.stderr)
+    path = args.out or fam.table_path(arch)
+    data = dict(arch=arch, device=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d"),
+                note="written by python -m codegen.tune; us / tflops: the winner's time",
+                entries=entries)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""L4: the FP8 block-scale GEMM on the GPU vs the fp64 torch reference (NUMERICS.md)."""
+import pytest
+import torch
+
+from codegen import ops, reference
+from codegen.families import gemm as fam
+from codegen.targets import device_arch, get_target
+
+from .gpu_data import poison_, rows_with_spread
+
+pytestmark = pytest.mark.gpu
+
+MS = [1, 7, 16, 64, 83, 128, 1024, 4096, 8192]
+NKS = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168),
+       (7168, 2048)]
+
+
+def fp8_dtype():
+    fmt = get_target(device_arch(torch.device("cuda"))).fp8_formats[0]
+    return getattr(torch, fmt.torch_dtype), fmt.max
+
+
+def quant_blocks(x: torch.Tensor, rows: int, cols: int = 128):
+    """x [R, C] -> (fp8, fp32 scales [ceil(R/rows), ceil(C/cols)]), one scale per block."""
+    dtype, fmax = fp8_dtype()
+    r, c = x.shape
+    pr, pc = -(-r // rows) * rows, -(-c // cols) * cols
+    xp = torch.zeros(pr, pc, device=x.device)
+    xp[:r, :c] = x.float()
+    blocks = xp.view(pr // rows, rows, pc // cols, cols)
+    s = blocks.abs().amax(dim=(1, 3)).clamp_min(1e-10) / fmax
+    q = (blocks / s[:, None, :, None]).clamp(-fmax, fmax).to(dtype).view(pr, pc)[:r, :c]
+    return q.contiguous(), s
+
+
+def make(m, n, k, gen=None):
+    a, sa = quant_blocks(rows_with_spread(m, k, torch.float32, gen=gen), 1)
+    b, sb = quant_blocks(torch.randn(n, k, device="cuda", generator=gen) * 0.05, 128)
+    return a, sa, b, sb
+
+
+def rel_err(out, ref):
+    return ((out.float() - ref.float()).abs().mean() / ref.float().abs().mean()).item()
+
+
+def check(out, a, sa, b, sb):
+    ref = reference.gemm_a8w8_blockscale(a, sa, b, sb)
+    assert out.shape == ref.shape and out.dtype == torch.bfloat16
+    assert torch.isfinite(out).all(), "NaN/inf in the output (unwritten or overflowed)"
+    err = rel_err(out, ref)
+    assert err < 1e-3, err
+    return err
+
+
+def poisoned_alloc(m, n):
+    """Leave a NaN-filled block in the allocator where the output will go."""
+    junk = poison_(torch.empty((m, n), dtype=torch.bfloat16, device="cuda"))
+    del junk
+
+
+@pytest.mark.parametrize("n,k", NKS)
+@pytest.mark.parametrize("m", MS)
+def test_gemm_dispatch_parity(m, n, k):
+    a, sa, b, sb = make(m, n, k)
+    poisoned_alloc(m, n)
+    check(ops.gemm_a8w8_blockscale(a, sa, b, sb), a, sa, b, sb)
+
+
+def built_configs():
+    arch = device_arch(torch.device("cuda")) if torch.cuda.is_available() else "sm_90a"
+    return [dict(v.params) for v in fam.variants(get_target(arch))]
+
+
+@pytest.mark.parametrize("shape", [(1, 576, 3888), (83, 2112, 7168), (130, 200, 512),
+                                   (257, 4096, 256), (16, 7168, 2048)])
+def test_every_built_config(shape):
+    """Every config a build compiles, on tails in M, N and K (K % 128 != 0: zeros past K)."""
+    m, n, k = shape
+    a, sa, b, sb = make(m, n, k)
+    for params in built_configs():
+        cfg = {key: params[key] for key in ("kernel", "block_m", "block_n", "block_k",
+                                            "split_k", "stages")}
+        poisoned_alloc(m, n)
+        out = ops.gemm.gemm_with_config(a, sa, b, sb, cfg)
+        check(out, a, sa, b, sb)
+
+
+@pytest.mark.parametrize("layout", ["row", "col", "col_tma"])
+def test_end_to_end_rmsnorm_quant_gemm(layout):
+    """rmsnorm_group_quant -> gemm, scales consumed as produced, vs a bf16 reference."""
+    t, h, n = 83, 7168, 2112
+    x = rows_with_spread(t, h, torch.bfloat16)
+    w = torch.rand(h, device="cuda", dtype=torch.bfloat16) + 0.5
+    q, s = ops.rmsnorm_group_quant(x, w, 1e-6, 128, scale_layout=layout)
+    wf = torch.randn(n, h, device="cuda") * 0.05
+    b, sb = quant_blocks(wf, 128)
+    out = ops.gemm_a8w8_blockscale(q, s, b, sb)
+    check(out, q, s.contiguous(), b, sb)
+    xn = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
+    ref = (xn.to(torch.bfloat16).float() @ wf.t()).to(torch.bfloat16)
+    assert rel_err(out, ref) < 0.05
+
+
+def test_strided_rows_and_scale_strides():
+    m, n, k = 37, 576, 1024
+    a_full, sa, b, sb = make(m, n, k + 256)
+    a = a_full[:, :k]                       # row stride k + 256
+    sa = sa[:, : k // 128]
+    sa_t = sa.t().contiguous().t()          # column-major scales
+    sb_t = sb[:, : k // 128].t().contiguous().t()
+    out = ops.gemm_a8w8_blockscale(a, sa_t, b[:, :k], sb_t)
+    check(out, a, sa, b[:, :k].contiguous(), sb[:, : k // 128])
+
+
+def test_empty_and_k_multiple_of_16_required():
+    a, sa, b, sb = make(4, 256, 256)
+    assert ops.gemm_a8w8_blockscale(a[:0], sa[:0], b, sb).shape == (0, 256)
+    dtype, _ = fp8_dtype()
+    a2 = torch.zeros(4, 3884, device="cuda", dtype=dtype)
+    b2 = torch.zeros(576, 3884, device="cuda", dtype=dtype)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        ops.gemm_a8w8_blockscale(a2, torch.ones(4, 31, device="cuda"), b2,
+                                 torch.ones(5, 31, device="cuda"))
+
+
+def test_bad_inputs_name_the_argument():
+    a, sa, b, sb = make(4, 256, 256)
+    with pytest.raises(TypeError, match="a:"):
+        ops.gemm_a8w8_blockscale(a.to(torch.bfloat16), sa, b, sb)
+    with pytest.raises(TypeError, match="a_scales:"):
+        ops.gemm_a8w8_blockscale(a, sa.half(), b, sb)
+    with pytest.raises(ValueError, match="b_scales:"):
+        ops.gemm_a8w8_blockscale(a, sa, b, sb[:1])
+    with pytest.raises(ValueError, match="b:"):
+        ops.gemm_a8w8_blockscale(a, sa, b[:, :128], sb)
+    with pytest.raises(ValueError, match="b:"):
+        ops.gemm_a8w8_blockscale(a, sa, b.cpu(), sb)
+
+
+def test_compile_and_graph():
+    a, sa, b, sb = make(16, 2112, 7168)
+    eager = ops.gemm_a8w8_blockscale(a, sa, b, sb)
+    f = torch.compile(ops.gemm_a8w8_blockscale, fullgraph=True)
+    assert torch.equal(f(a, sa, b, sb), eager)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = ops.gemm_a8w8_blockscale(a, sa, b, sb)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
