@@ -128,3 +128,39 @@ def test_rmsnorm_quant_refused_without_fp8(generated, arch, op):
     assert fused and all(r["status"] == "skipped" for r in fused)
     assert all("no FP8" in r["reason"] for r in fused)
     assert not any(r["asm"] for r in fused)
+
+
+# ---- FP8 block-scale GEMM ----
+
+@pytest.mark.parametrize("arch", FP8_ARCHS)
+def test_gemm_isa(generated, arch):
+    from codegen.matrix import atom_for
+
+    out, manifest = generated(arch)
+    gemm = rows(manifest, "gemm_a8w8_blockscale")
+    assert gemm, "no GEMM variant built"
+    target, mnemonic = get_target(arch), atom_for(arch).mnemonic
+    for r in gemm:
+        assert r["status"] == "ok", (r["uri"], r["reason"])
+        assert r["spill_count"] == 0 and r["scratch_bytes"] == 0, (r["uri"], r["spill_count"])
+        assert r["wavefront_size"] == target.wave_size
+        assert r["lds_bytes"] <= target.lds_bytes, (r["uri"], r["lds_bytes"])
+        assert r["occupancy"] >= 1, (r["uri"], r["vgpr_count"])
+        counts = amd_instructions(out / r["asm"], mnemonic, LOAD128[arch])
+        # a K block takes fr * fc instructions per 8 bytes of K and lane (the loop body may be
+        # unrolled, never thinned)
+        p = r["params"]
+        rows_, cols_ = ((p["block_n"], p["block_m"]) if p["block_n"] > p["block_m"]
+                        else (p["block_m"], p["block_n"]))
+        atom = atom_for(arch)
+        per_block = (rows_ // atom.rows) * (cols_ // atom.cols) * (128 // atom.k)
+        assert counts[mnemonic] >= per_block and counts[mnemonic] % per_block == 0, \
+            (r["uri"], counts[mnemonic], per_block)
+        assert counts[LOAD128[arch]] > 0, r["uri"]
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])
+def test_gemm_refused_without_fp8(generated, arch):
+    _, manifest = generated(arch)
+    gemm = rows(manifest, "gemm_a8w8_blockscale")
+    assert gemm and all(r["status"] == "skipped" and "no FP8" in r["reason"] for r in gemm)

@@ -131,8 +131,8 @@ def heuristic(arch: str, m: int) -> dict:
         if m <= 16:
             return config("mma", 16, 32, split_k=8)
         if m <= 128:
-            return config("wgmma", 64, 128, stages=5)
-        return config("wgmma", 128, 128, stages=5)
+            return config("wgmma", 64, 64, stages=6)
+        return config("wgmma", 128, 128, stages=4)
     if m <= 16:
         return config("mma", 16, 16, split_k=8)
     if arch.startswith("gfx12"):

@@ -36,6 +36,12 @@ def _kernel(a: torch.Tensor, m: int, n: int, k: int):
 
 
 def _impl(a, a_scales, b, b_scales, config: dict | None = None):
+    tensors = (a, a_scales, b, b_scales)
+    key = tuple((t.dtype, t.device, t.shape, t.stride()) for t in tensors) if all(
+        isinstance(t, torch.Tensor) for t in tensors) else None
+    if key not in _checked or a.data_ptr() % 16 or b.data_ptr() % 16:
+        _check(a, a_scales, b, b_scales)
+        _checked.add(key)
     m, k = a.shape
     n = b.shape[0]
     out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
@@ -107,18 +113,11 @@ def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tenso
     "col_tma" layouts per_token_group_quant_fp8 and rmsnorm_group_quant produce.
     b_scales [ceil(N/128), ceil(K/128)] fp32 in any strides.
     """
-    tensors = (a, a_scales, b, b_scales)
-    key = tuple((t.dtype, t.device, t.shape, t.stride()) for t in tensors) if all(
-        isinstance(t, torch.Tensor) for t in tensors) else None
-    if key is None or key not in _checked or a.data_ptr() % 16 or b.data_ptr() % 16:
-        _check(a, a_scales, b, b_scales)
-        _checked.add(key)
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():   # checked again by _impl when the graph runs
         return torch.ops.codegen.gemm_a8w8_blockscale(a, a_scales, b, b_scales)
     return _impl(a, a_scales, b, b_scales)
 
 
 def gemm_with_config(a, a_scales, b, b_scales, config: dict) -> torch.Tensor:
     """The GEMM with one explicit tile config (codegen.families.gemm.config): tests, tuner."""
-    _check(a, a_scales, b, b_scales)
     return _impl(a, a_scales, b, b_scales, config)

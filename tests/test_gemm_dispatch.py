@@ -1,0 +1,62 @@
+"""GEMM configs, validation and dispatch tables, on any machine."""
+import json
+
+import pytest
+
+from codegen.families import gemm as fam
+from codegen.spec import make_variant, validate
+from codegen.targets import TARGETS, get_target
+
+FP8_ARCHS = [a for a, t in TARGETS.items() if t.has_fp8]
+
+
+def variant(arch, **cfg):
+    t = get_target(arch)
+    if "block_k" not in cfg:
+        cfg = fam.config(**cfg)
+    return make_variant(fam.FAMILY, arch, fp8=t.fp8_formats[0].token, **cfg)
+
+
+def test_m_buckets():
+    assert [fam.m_bucket(m) for m in (1, 2, 3, 7, 16, 17, 83, 8192, 100000)] == \
+        [1, 2, 4, 8, 16, 32, 128, 8192, 8192]
+
+
+@pytest.mark.parametrize("arch", FP8_ARCHS)
+def test_every_pick_is_a_valid_built_variant(arch):
+    """Whatever the shape, dispatch names a config that validates and that the build compiles."""
+    built = {v for v in fam.variants(get_target(arch))}
+    for m in (1, 5, 16, 40, 100, 1000, 5000, 70000):
+        for n, k in ((2112, 7168), (576, 3888), (100, 16), (32768, 512)):
+            v = variant(arch, **fam.pick(arch, m, n, k))
+            assert validate(v) is None, (m, n, k, validate(v))
+            assert v in built, v.uri
+
+
+def test_table_entries_are_used_and_valid():
+    path = fam.table_path("sm_90a")
+    entries = json.loads(path.read_text())["entries"]
+    assert entries
+    for e in entries:
+        assert fam.pick("sm_90a", e["m"], e["n"], e["k"]) == e["config"]
+        assert validate(variant("sm_90a", **e["config"])) is None
+    # a shape the table lacks falls back to the heuristic
+    assert fam.pick("sm_90a", 4096, 1000, 1000) == fam.heuristic("sm_90a", 4096)
+
+
+@pytest.mark.parametrize("arch,cfg,why", [
+    ("gfx942", dict(kernel="wgmma", block_m=128, block_n=128, stages=4), "sm_90a"),
+    ("sm_90a", dict(kernel="wgmma", block_m=128, block_n=32, stages=4), "64 or 128"),
+    ("sm_90a", dict(kernel="wgmma", block_m=64, block_n=64, stages=1), "stages"),
+    ("gfx942", dict(kernel="mma", block_m=8, block_n=16), "16x16"),
+    ("gfx1201", dict(kernel="mma", block_m=64, block_n=64), "registers"),
+    ("gfx942", dict(kernel="mma", block_m=16, block_n=16, stages=4), "stages=1"),
+])
+def test_validation_rejects_before_compiling(arch, cfg, why):
+    assert why in (validate(variant(arch, **cfg)) or "")
+
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])
+def test_no_fp8_no_gemm(arch):
+    (v,) = fam.variants(get_target(arch))
+    assert "no FP8" in validate(v)

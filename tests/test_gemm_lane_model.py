@@ -1,0 +1,219 @@
+"""L3: a lane-level model of each FP8 matrix instruction, driven by the kernel's index math.
+
+Two independent statements meet here:
+- the instruction's operand layout as AMD's matrix instruction calculator / ISA documents and
+  NVIDIA's PTX ISA state it, written below in their own form: element (row, k) of A lives in
+  lane L, byte b of the operand;
+- the index expressions the portable GEMM kernel is rendered with (codegen/matrix.py): which
+  row, column and K slice each lane loads, and where each accumulator register lands.
+The model runs the kernel's tile loop (templates/gemm_a8w8_blockscale_mma.cu.j2, mirrored
+step by step) over small matrices with tails in M, N and K, feeding each instruction what the
+lanes would load and computing it as the documents define it. It must reproduce the exact
+block-scaled product; a wrong lane mapping, K order, swap or store index shows as a mismatch.
+"""
+import numpy as np
+import pytest
+
+from codegen.families import gemm as fam
+from codegen.matrix import ATOMS, TARGET_ATOM, evaluate
+from codegen.render import render
+from codegen.spec import make_variant, validate
+
+
+# ---- the documents' layouts: (row, k) -> (lane, byte of the lane's operand) -------------
+
+def doc_mfma_16x16x32_fp8():
+    """CDNA3 ISA / matrix calculator, v_mfma_f32_16x16x32_fp8_fp8: A[i][k] in lane 16*(k//8)+i,
+    byte k%8 of the 64-bit operand; B[k][j] likewise with j; D[i][j] in lane 16*(i//4)+j,
+    register i%4."""
+    a = {(i, k): (16 * (k // 8) + i, k % 8) for i in range(16) for k in range(32)}
+    b = {(k, j): (16 * (k // 8) + j, k % 8) for j in range(16) for k in range(32)}
+    d = {(i, j): (16 * (i // 4) + j, i % 4) for i in range(16) for j in range(16)}
+    return a, b, d
+
+
+def doc_wmma_16x16x16_fp8():
+    """RDNA4 ISA / matrix calculator, v_wmma_f32_16x16x16_fp8_fp8 (wave32): A[i][k] in lane
+    16*(k//8)+i, byte k%8 of the two dwords; B[k][j] likewise; D[i][j] in lane 16*(i//8)+j,
+    register i%8."""
+    a = {(i, k): (16 * (k // 8) + i, k % 8) for i in range(16) for k in range(16)}
+    b = {(k, j): (16 * (k // 8) + j, k % 8) for j in range(16) for k in range(16)}
+    d = {(i, j): (16 * (i // 8) + j, i % 8) for i in range(16) for j in range(16)}
+    return a, b, d
+
+
+def doc_mma_m16n8k32_e4m3():
+    """PTX ISA, mma.m16n8k32 fragments (g = lane / 4, t = lane % 4): A register a_r holds rows
+    g (r = 0, 2) / g + 8 (r = 1, 3) and k = 4t..4t+3 (+16 for r = 2, 3); B b0 holds k = 4t..,
+    b1 k + 16, column g; C c0, c1: row g, cols 2t, 2t+1; c2, c3: row g + 8.
+    Byte positions refer to the kernel's operand: arch_cuda.cuh passes a[0].x, a[1].x, a[0].y,
+    a[1].y as a0..a3, so operand row j of a lane holds register a_(j + 2 * (byte // 4))."""
+    a, b, d = {}, {}, {}
+    for i in range(16):
+        for k in range(32):
+            g, t = i % 8, (k % 16) // 4
+            reg = (i >= 8) + 2 * (k >= 16)
+            a[(i, k)] = (4 * g + t, (reg % 2, 4 * (reg // 2) + k % 4))  # (operand row, byte)
+    for j in range(8):
+        for k in range(32):
+            b[(k, j)] = (4 * j + (k % 16) // 4, 4 * (k >= 16) + k % 4)
+    for i in range(16):
+        for j in range(8):
+            d[(i, j)] = (4 * (i % 8) + j // 2, 2 * (i >= 8) + j % 2)
+    return a, b, d
+
+
+DOCS = {"mfma_f32_16x16x32_fp8": doc_mfma_16x16x32_fp8,
+        "wmma_f32_16x16x16_fp8": doc_wmma_16x16x16_fp8,
+        "mma_m16n8k32_e4m3": doc_mma_m16n8k32_e4m3}
+
+
+def instruction(atom, a_ops, b_ops):
+    """D = A @ B per the document, from the lanes' operands: a_ops[lane][j] and b_ops[lane]
+    are 8-value vectors (j: the operand rows a lane feeds)."""
+    doc_a, doc_b, doc_d = DOCS[atom.name]()
+    A = np.zeros((atom.rows, atom.k))
+    B = np.zeros((atom.k, atom.cols))
+    for (i, k), (lane, pos) in doc_a.items():
+        j, byte = pos if isinstance(pos, tuple) else (0, pos)
+        A[i, k] = a_ops[lane][j][byte]
+    for (k, j), (lane, byte) in doc_b.items():
+        B[k, j] = b_ops[lane][byte]
+    D = A @ B
+    regs = np.zeros((atom.wave, len(atom.c)))
+    for (i, j), (lane, r) in doc_d.items():
+        regs[lane, r] = D[i, j]
+    return regs
+
+
+# ---- the kernel's tile loop, as the template writes it -----------------------------------
+
+def run_kernel_model(atom, bm, bn, split_k, A, As, B, Bs):
+    arch = next(a for a, name in TARGET_ATOM.items() if name == atom.name)
+    v = make_variant(fam.FAMILY, arch, fp8=_fp8_token(atom),
+                     **fam.config("mma", bm, bn, split_k=split_k))
+    assert validate(v) is None, validate(v)
+    fr, fc = fam.mma_frags(v, atom)
+    swap = fam.swapped(v)
+    m, k = A.shape
+    n = B.shape[0]
+    rsrc, csrc = (B, A) if swap else (A, B)
+    nr, nc = (n, m) if swap else (m, n)
+    tile_r, tile_c = fr * atom.rows, fc * atom.cols
+    tiles_r = -(-nr // tile_r)
+    out = np.full((m, n), np.nan)
+    kblocks = -(-k // 128)
+    ev = evaluate
+    for block in range(tiles_r * -(-nc // tile_c)):
+        r0, c0 = (block % tiles_r) * tile_r, (block // tiles_r) * tile_c
+        bs_row = (r0 if swap else c0) // 128
+        total = np.zeros((atom.wave, fr, fc, len(atom.c)))
+        for wave in range(split_k):
+            acc = np.zeros((atom.wave, fr, fc, len(atom.c)))
+            for kb in range(wave, kblocks, split_k):
+                part = np.zeros_like(acc)
+                for p in range(128 // atom.pair_k):
+                    kk = kb * 128 + p * atom.pair_k
+
+                    def load(src, rows_total, row, kgroup):
+                        row = min(row, rows_total - 1)
+                        start = kk + kgroup * 16
+                        chunk = np.zeros(16)
+                        if start < k:      # the kernel loads 16 bytes or zeros (k % 16 == 0)
+                            chunk[:] = src[row, start:start + 16]
+                        return chunk
+
+                    for f in range(fr):
+                        for g in range(fc):
+                            lo_a, hi_a, lo_b, hi_b = [], [], [], []
+                            for lane in range(atom.wave):
+                                rows = [load(rsrc, nr, r0 + f * atom.rows + ev(e, lane),
+                                             ev(atom.a_kgroup, lane)) for e in atom.a_rows]
+                                col = load(csrc, nc, c0 + g * atom.cols + ev(atom.b_col, lane),
+                                           ev(atom.b_kgroup, lane))
+                                lo_a.append([r[:8] for r in rows])
+                                hi_a.append([r[8:] for r in rows])
+                                lo_b.append(col[:8])
+                                hi_b.append(col[8:])
+                            part[:, f, g] += instruction(atom, lo_a, lo_b)
+                            part[:, f, g] += instruction(atom, hi_a, hi_b)
+                sb = Bs[bs_row, kb]
+                for lane in range(atom.wave):
+                    for f in range(fr):
+                        for g in range(fc):
+                            for i, (cr, cc) in enumerate(atom.c):
+                                token = (c0 + g * atom.cols + ev(cc, lane) if swap
+                                         else r0 + f * atom.rows + ev(cr, lane))
+                                sa = As[min(token, m - 1), kb]
+                                acc[lane, f, g, i] += part[lane, f, g, i] * (sa * sb)
+            total += acc
+        for lane in range(atom.wave):
+            for f in range(fr):
+                for g in range(fc):
+                    for i, (cr, cc) in enumerate(atom.c):
+                        row = r0 + f * atom.rows + ev(cr, lane)
+                        col = c0 + g * atom.cols + ev(cc, lane)
+                        mi, ni = (col, row) if swap else (row, col)
+                        if mi < m and ni < n:
+                            assert np.isnan(out[mi, ni]), f"({mi}, {ni}) stored twice"
+                            out[mi, ni] = total[lane, f, g, i]
+    return out
+
+
+def _fp8_token(atom):
+    return "e4m3fnuz224" if atom.name.startswith("mfma") else "e4m3fn448"
+
+
+def reference(A, As, B, Bs):
+    m, k = A.shape
+    cols = np.arange(k) // 128
+    return (A * As[:, cols]) @ (B * Bs[np.arange(B.shape[0]) // 128][:, cols]).T
+
+
+CONFIGS = {  # (block_m, block_n, split_k): both orientations, several fragments, split K
+    "mfma_f32_16x16x32_fp8": [(16, 16, 1), (16, 32, 2), (32, 16, 1)],
+    "wmma_f32_16x16x16_fp8": [(16, 16, 2), (32, 16, 1), (16, 32, 1)],
+    "mma_m16n8k32_e4m3": [(8, 16, 2), (16, 16, 1), (32, 16, 1)],
+}
+
+
+@pytest.mark.parametrize("name", sorted(ATOMS))
+def test_lane_model_reproduces_block_scaled_gemm(name):
+    atom = ATOMS[name]
+    rng = np.random.default_rng(0)
+    m, n, k = 19, 40, 272          # tails everywhere: K = 2 blocks + 16
+    A = rng.integers(-8, 9, (m, k)).astype(float)      # small integers: every sum is exact
+    B = rng.integers(-8, 9, (n, k)).astype(float)
+    As = 2.0 ** rng.integers(-3, 4, (m, -(-k // 128)))
+    Bs = 2.0 ** rng.integers(-3, 4, (-(-n // 128), -(-k // 128)))
+    want = reference(A, As, B, Bs)
+    for bm, bn, sk in CONFIGS[name]:
+        got = run_kernel_model(atom, bm, bn, sk, A, As, B, Bs)
+        assert not np.isnan(got).any(), f"{name} {bm}x{bn}: elements never stored"
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} {bm}x{bn} sk{sk}")
+
+
+@pytest.mark.parametrize("name", sorted(ATOMS))
+def test_documented_layouts_are_bijections(name):
+    """Each document's layout puts every element in exactly one (lane, slot)."""
+    atom = ATOMS[name]
+    for layout in DOCS[name]():
+        slots = list(layout.values())
+        assert len(set(slots)) == len(slots)
+    assert atom.k == 8 * atom.kgroups
+
+
+@pytest.mark.parametrize("arch", sorted(TARGET_ATOM))
+def test_kernel_source_uses_the_modelled_expressions(arch):
+    """The rendered kernel carries the very expressions the model evaluated."""
+    atom = ATOMS[TARGET_ATOM[arch]]
+    from codegen.targets import get_target
+
+    v = fam.variants(get_target(arch))[0]
+    if v["kernel"] != "mma":
+        v = next(x for x in fam.variants(get_target(arch)) if x["kernel"] == "mma")
+    src = render(v)
+    for expr in (*atom.a_rows, atom.a_kgroup, atom.b_col, atom.b_kgroup,
+                 *(e for rc in atom.c for e in rc)):
+        assert expr in src, (arch, expr)
+    assert f"cg::{atom.name}(" in src
