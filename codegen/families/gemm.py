@@ -98,7 +98,8 @@ def validate(v: Variant) -> str | None:
                 f"({'B' if swapped(v) else 'A'} rows on the instruction's M)")
     if v["split_k"] * atom.wave > 1024:
         return f"split_k={v['split_k']} waves of {atom.wave} exceed 1024 threads"
-    regs = mma_registers(v, atom, prefetch=False)
+    # nvcc hoists the next K block's loads even without PREFETCH: count them there
+    regs = mma_registers(v, atom, prefetch=t.vendor == "nvidia")
     if regs > _REG_BUDGET[t.vendor]:
         return f"about {regs} registers per lane, over the {_REG_BUDGET[t.vendor]} budget"
     if mma_reduce_bytes(v, atom) > t.lds_bytes:
