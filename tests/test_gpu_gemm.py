@@ -72,7 +72,8 @@ def built_configs():
 
 
 @pytest.mark.parametrize("shape", [(1, 576, 3888), (83, 2112, 7168), (130, 200, 512),
-                                   (257, 4096, 256), (16, 7168, 2048)])
+                                   (257, 4096, 256), (16, 7168, 2048), (70, 100, 256),
+                                   (33, 2050, 128)])
 def test_every_built_config(shape):
     """Every config a build compiles, on tails in M, N and K (K % 128 != 0: zeros past K)."""
     m, n, k = shape
