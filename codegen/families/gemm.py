@@ -27,8 +27,15 @@ M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 #          bs_stride_n, bs_stride_k, stream)
 ARGTYPES = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 9 + [ctypes.c_void_p]
 
-# Register budget per lane for the estimate below (AMD: architected VGPRs of one wave).
-_REG_BUDGET = {"amd": 256, "nvidia": 255}
+def register_budget(v: Variant) -> int:
+    """Registers a lane may hold with the block resident at all: NVIDIA's 64K per SM shared by
+    the block's threads (at most 255 each); AMD's VGPR file per SIMD shared by the block's waves
+    on that SIMD (at most 256 architected VGPRs each)."""
+    t, threads = v.target, block_threads(v)
+    if t.vendor == "nvidia":
+        return min(255, t.regs_per_simd // threads // 8 * 8)
+    waves_per_simd = -(-threads // t.wave_size // t.simds_per_cu)
+    return min(256, t.regs_per_simd // waves_per_simd // t.reg_granule * t.reg_granule)
 
 
 def m_bucket(m: int) -> int:
@@ -57,7 +64,7 @@ def mma_registers(v: Variant, atom: Atom, prefetch: bool) -> int:
 
 def mma_prefetch(v: Variant, atom: Atom) -> bool:
     """Hold the next K block's fragments too, where registers allow (more bytes in flight)."""
-    return mma_registers(v, atom, prefetch=True) <= _REG_BUDGET[v.target.vendor] * 3 // 4
+    return mma_registers(v, atom, prefetch=True) <= register_budget(v) * 3 // 4
 
 
 def mma_reduce_bytes(v: Variant, atom: Atom) -> int:
@@ -100,8 +107,8 @@ def validate(v: Variant) -> str | None:
         return f"split_k={v['split_k']} waves of {atom.wave} exceed 1024 threads"
     # nvcc hoists the next K block's loads even without PREFETCH: count them there
     regs = mma_registers(v, atom, prefetch=t.vendor == "nvidia")
-    if regs > _REG_BUDGET[t.vendor]:
-        return f"about {regs} registers per lane, over the {_REG_BUDGET[t.vendor]} budget"
+    if regs > register_budget(v):
+        return f"about {regs} registers per lane, over the budget of {register_budget(v)}"
     if mma_reduce_bytes(v, atom) > t.lds_bytes:
         return f"{mma_reduce_bytes(v, atom)} bytes of LDS for the split-K sum exceed {t.lds_bytes}"
     return None
