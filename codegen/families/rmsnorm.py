@@ -45,8 +45,9 @@ def tiers(dtype: str, wave: int) -> tuple[Tier, ...]:
 
     - 16 threads per row, 16 rows per 256-thread block: H <= 256 (e.g. per-head q/k norms);
     - a wave per row, 4 chunks per lane: H <= 2048 (wave64) / 1024 (wave32);
-    - a wave per row, 8 chunks per lane: H <= 4096 (wave64) / 2048 (wave32), e.g. H = 1536,
-      which the 256-thread tier would spread over one chunk per thread and a block barrier;
+    - wave32 only: a wave per row, 8 chunks per lane: H <= 2048, e.g. H = 1536, which the
+      256-thread tier would spread over one chunk per thread and a block barrier (wave64 holds
+      2048 with 4 chunks per lane already);
     - 256 threads per row, 4 chunks each: H <= 8192;
     - 1024 threads, one row per block, 2 chunks each: H <= 16384, for 16-bit types only (2 chunks
       keep a 1024-thread block within sm_90's 64 registers per thread; fp32 could hold only one,
@@ -54,7 +55,8 @@ def tiers(dtype: str, wave: int) -> tuple[Tier, ...]:
     - the same 1024 threads per row, reading the row twice: any longer row.
     """
     big = 2 if DTYPES[dtype][1] == 2 else 1
-    table = [Tier(16, 2, 256), Tier(wave, 4, 256), Tier(wave, 8, 256), Tier(256, 4, 256),
+    table = [Tier(16, 2, 256), Tier(wave, 4, 256), *([Tier(wave, 8, 256)] if wave == 32 else []),
+             Tier(256, 4, 256),
              Tier(MAX_BLOCK, big, MAX_BLOCK)]
     out: list[Tier] = []
     for t in table:
