@@ -27,16 +27,6 @@ M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 #          bs_stride_n, bs_stride_k, stream)
 ARGTYPES = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 9 + [ctypes.c_void_p]
 
-def register_budget(v: Variant) -> int:
-    """Registers a lane may hold with the block resident at all: NVIDIA's 64K per SM shared by
-    the block's threads (at most 255 each); AMD's VGPR file per SIMD shared by the block's waves
-    on that SIMD (at most 256 architected VGPRs each)."""
-    t, threads = v.target, block_threads(v)
-    if t.vendor == "nvidia":
-        return min(255, t.regs_per_simd // threads // 8 * 8)
-    waves_per_simd = -(-threads // t.wave_size // t.simds_per_cu)
-    return min(256, t.regs_per_simd // waves_per_simd // t.reg_granule * t.reg_granule)
-
 
 def m_bucket(m: int) -> int:
     return next((b for b in M_BUCKETS if m <= b), M_BUCKETS[-1])
@@ -80,6 +70,17 @@ def block_threads(v: Variant) -> int:
     if v["kernel"] == "wgmma":
         return 128 * (v["block_m"] // 64)
     return v["split_k"] * v.target.wave_size
+
+
+def register_budget(v: Variant) -> int:
+    """Registers a lane may hold with the block resident at all: NVIDIA's 64K per SM shared by
+    the block's threads (at most 255 each); AMD's VGPR file per SIMD shared by the block's waves
+    on that SIMD (at most 256 architected VGPRs each)."""
+    t, threads = v.target, block_threads(v)
+    if t.vendor == "nvidia":
+        return min(255, t.regs_per_simd // threads // 8 * 8)
+    waves_per_simd = -(-threads // t.wave_size // t.simds_per_cu)
+    return min(256, t.regs_per_simd // waves_per_simd // t.reg_granule * t.reg_granule)
 
 
 def validate(v: Variant) -> str | None:
