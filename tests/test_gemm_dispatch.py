@@ -60,3 +60,12 @@ def test_validation_rejects_before_compiling(arch, cfg, why):
 def test_no_fp8_no_gemm(arch):
     (v,) = fam.variants(get_target(arch))
     assert "no FP8" in validate(v)
+
+
+def test_tuner_candidates_validate():
+    from codegen.tune import candidates
+
+    cands = candidates("sm_90a")
+    assert {c["kernel"] for c in cands} == {"mma", "wgmma"}
+    for c in cands:
+        assert validate(variant("sm_90a", **c)) is None, c
