@@ -105,9 +105,9 @@ def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tenso
     m, k = a.shape
     n = b.shape[0]
     kb = -(-k // block)
+    assert a_scales.shape == (m, kb) and b_scales.shape == (-(-n // block), kb)
     col_block = torch.arange(k, device=a.device) // block
     a_deq = a.double() * a_scales.double()[:, col_block]
     row_block = torch.arange(n, device=a.device) // block
     b_deq = b.double() * b_scales.double()[row_block][:, col_block]
-    assert a_scales.shape == (m, kb) and b_scales.shape == (-(-n // block), kb)
     return (a_deq @ b_deq.t()).to(torch.bfloat16)

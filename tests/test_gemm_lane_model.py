@@ -18,6 +18,7 @@ from codegen.families import gemm as fam
 from codegen.matrix import ATOMS, TARGET_ATOM, evaluate
 from codegen.render import render
 from codegen.spec import make_variant, validate
+from codegen.targets import get_target
 
 
 # ---- the documents' layouts: (row, k) -> (lane, byte of the lane's operand) -------------
@@ -90,7 +91,7 @@ def instruction(atom, a_ops, b_ops):
 
 def run_kernel_model(atom, bm, bn, split_k, A, As, B, Bs):
     arch = next(a for a, name in TARGET_ATOM.items() if name == atom.name)
-    v = make_variant(fam.FAMILY, arch, fp8=_fp8_token(atom),
+    v = make_variant(fam.FAMILY, arch, fp8=get_target(arch).fp8_formats[0].token,
                      **fam.config("mma", bm, bn, split_k=split_k))
     assert validate(v) is None, validate(v)
     fr, fc = fam.mma_frags(v, atom)
@@ -160,10 +161,6 @@ def run_kernel_model(atom, bm, bn, split_k, A, As, B, Bs):
     return out
 
 
-def _fp8_token(atom):
-    return "e4m3fnuz224" if atom.name.startswith("mfma") else "e4m3fn448"
-
-
 def reference(A, As, B, Bs):
     m, k = A.shape
     cols = np.arange(k) // 128
@@ -207,11 +204,7 @@ def test_documented_layouts_are_bijections(name):
 def test_kernel_source_uses_the_modelled_expressions(arch):
     """The rendered kernel carries the very expressions the model evaluated."""
     atom = ATOMS[TARGET_ATOM[arch]]
-    from codegen.targets import get_target
-
-    v = fam.variants(get_target(arch))[0]
-    if v["kernel"] != "mma":
-        v = next(x for x in fam.variants(get_target(arch)) if x["kernel"] == "mma")
+    v = next(x for x in fam.variants(get_target(arch)) if x["kernel"] == "mma")
     src = render(v)
     for expr in (*atom.a_rows, atom.a_kgroup, atom.b_col, atom.b_kgroup,
                  *(e for rc in atom.c for e in rc)):

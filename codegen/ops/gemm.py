@@ -24,14 +24,21 @@ def fp8_dtype_of(arch_name: str) -> torch.dtype:
     return getattr(torch, get_target(arch_name).fp8_format().torch_dtype)
 
 
+_FP8_NAMES = {torch.float8_e4m3fn: "e4m3fn", torch.float8_e4m3fnuz: "e4m3fnuz"}
+
+
+def _launcher(a: torch.Tensor, config: dict):
+    """(launcher, uri) of one config for a's device and fp8 format."""
+    target = get_target(arch(a))
+    return launcher(fam.FAMILY, a, **config, fp8=fam.fp8_token(target, _FP8_NAMES[a.dtype]))
+
+
 def _kernel(a: torch.Tensor, m: int, n: int, k: int):
+    """The dispatched config's launcher, cached per (device, M bucket, N, K)."""
     key = (a.device, fam.m_bucket(m), n, k)
     hit = _picks.get(key)
     if hit is None:
-        target = get_target(arch(a))
-        fmt = {torch.float8_e4m3fn: "e4m3fn", torch.float8_e4m3fnuz: "e4m3fnuz"}[a.dtype]
-        params = dict(fam.pick(target.arch, m, n, k), fp8=fam.fp8_token(target, fmt))
-        hit = _picks[key] = launcher(fam.FAMILY, a, **params)
+        hit = _picks[key] = _launcher(a, fam.pick(arch(a), m, n, k))
     return hit
 
 
@@ -47,12 +54,7 @@ def _impl(a, a_scales, b, b_scales, config: dict | None = None):
     out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     if m == 0 or n == 0:
         return out
-    if config is None:
-        fn, uri = _kernel(a, m, n, k)
-    else:
-        target = get_target(arch(a))
-        fmt = {torch.float8_e4m3fn: "e4m3fn", torch.float8_e4m3fnuz: "e4m3fnuz"}[a.dtype]
-        fn, uri = launcher(fam.FAMILY, a, **config, fp8=fam.fp8_token(target, fmt))
+    fn, uri = _kernel(a, m, n, k) if config is None else _launcher(a, config)
     rc = fn(a.data_ptr(), b.data_ptr(), a_scales.data_ptr(), b_scales.data_ptr(), out.data_ptr(),
             m, n, k, a.stride(0), b.stride(0), a_scales.stride(0), a_scales.stride(1),
             b_scales.stride(0), b_scales.stride(1), stream(a))
