@@ -182,6 +182,23 @@ def test_large_t():
     check_ulps("rmsnorm_large", y, reference.rmsnorm(x, w, EPS))
 
 
+@pytest.mark.parametrize("h", [128, 1536, 8192])
+def test_many_rows_per_block(h):
+    """More rows than resident blocks hold at once, so that the kernels that loop over rows
+    (a shared-memory pipeline on some targets) wrap around their buffers many times."""
+    t = 40000
+    x, w = data(t, h, torch.bfloat16), weight(h, torch.bfloat16)
+    y = ops.rmsnorm(x, w, EPS)
+    check_ulps("rmsnorm_many_rows", y, reference.rmsnorm(x, w, EPS))
+    assert_same(y, ops.rmsnorm(x.float(), w.float(), EPS).to(x.dtype), "bf16 vs fp32 rows")
+    res = data(t, h, torch.bfloat16)
+    r0 = res.clone()
+    y2 = ops.fused_add_rmsnorm(x, res, w, EPS)
+    assert_same(res, reference.residual_add(x, r0), "residual written in place")
+    assert_same(y2, ops.rmsnorm(res, w, EPS), "fused_add vs add then rmsnorm")
+    run_fused_quant(x, w, 128, "col_tma", False, True)
+
+
 # ---- rmsnorm_group_quant ----
 
 def run_fused_quant(x, w, g, layout, ue8m0, with_residual):

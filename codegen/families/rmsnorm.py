@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 from functools import cache
+from typing import Callable
 from dataclasses import dataclass
 
 from ..spec import Variant
@@ -66,6 +67,21 @@ def tiers(dtype: str, wave: int) -> tuple[Tier, ...]:
     return tuple(out)
 
 
+def staging(target, residual: bool) -> tuple[int, Callable[[Tier], bool]]:
+    """(STAGES, which one-pass tiers use it) of rmsnorm.cu.j2: rows streamed through shared
+    memory by rmsnorm_rows_staged (rmsnorm.cuh), STAGES - 1 of them in flight while one is
+    normalized. On sm_90a (cp.async), measured on the H200: fused_add_rmsnorm gains at every
+    size (16384 x 1536: 98 -> 59 us), plain rmsnorm only with 1024-thread rows (4096 x 16384:
+    106 -> 80 us) and loses a little elsewhere. AMD keeps the register path: a copy into LDS
+    there is a plain load and store (gfx942 has no 16-byte asynchronous global -> LDS copy),
+    and its speed cannot be measured here."""
+    if target.is_hip:
+        return 0, lambda t: False
+    if residual:
+        return 2, lambda t: not t.two_pass
+    return 3, lambda t: not t.two_pass and t.tpr == MAX_BLOCK
+
+
 def tier_for(h: int, dtype: str, wave: int) -> Tier:
     """The tier the launcher picks for rows of h elements (the template's rule, for tests)."""
     chunks = -(-h // CHUNK)
@@ -73,12 +89,15 @@ def tier_for(h: int, dtype: str, wave: int) -> Tier:
     return next((t for t in table[:-1] if chunks <= t.cap), table[-1])
 
 
-def tier_context(dtype: str, wave: int, tpg: int = 1, table: list[Tier] | None = None) -> dict:
-    """The tier table as the templates read it (tpg: lanes per quant group, must divide TPR)."""
+def tier_context(dtype: str, wave: int, tpg: int = 1, table: list[Tier] | None = None,
+                 staged: Callable[[Tier], bool] = lambda t: False) -> dict:
+    """The tier table as the templates read it (tpg: lanes per quant group, must divide TPR;
+    staged: the tiers that stream rows through shared memory)."""
     table = table or tiers(dtype, wave)
     assert all(t.tpr % tpg == 0 and t.block % t.tpr == 0 for t in table)
     rows = [dict(tpr=t.tpr, per_thread=t.items, block=t.block, cap=t.cap,
-                 two_pass=str(t.two_pass).lower()) for t in table]
+                 two_pass=str(t.two_pass).lower(), staged=str(staged(t)).lower())
+            for t in table]
     # "block" feeds the manifest's occupancy figure, which is computed from the module's largest
     # register count over its kernels: that of a 256-thread tier (the 1024-thread tiers hold at
     # most 2 chunks per thread and are capped by their launch bounds).
@@ -97,6 +116,7 @@ def validate(v: Variant) -> str | None:
 
 def context(v: Variant) -> dict:
     kind, _ = DTYPES[v["dtype"]]
+    n, staged = staging(v.target, v["residual"])
     return dict(kind=kind, vector=str(v["load"] == "vec16").lower(),
-                residual=str(v["residual"]).lower(),
-                **tier_context(v["dtype"], v.target.wave_size))
+                residual=str(v["residual"]).lower(), stages=n,
+                **tier_context(v["dtype"], v.target.wave_size, staged=staged))

@@ -2,13 +2,16 @@
 #pragma once
 #include <cstdint>
 #include <cuda_runtime.h>
+#include <mutex>
 
 #define CG_DEVICE __device__ __forceinline__
+#define CG_HOST_DEVICE __host__ __device__ __forceinline__
 
 namespace cg {
 
 CG_DEVICE int thread_x() { return int(threadIdx.x); }
 CG_DEVICE int block_x() { return int(blockIdx.x); }
+CG_DEVICE int grid_x() { return int(gridDim.x); }
 
 CG_DEVICE float bits_to_float(uint32_t u) { return __uint_as_float(u); }
 CG_DEVICE uint32_t float_to_bits(float f) { return __float_as_uint(f); }
@@ -49,6 +52,13 @@ CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
 }
 
 // Butterfly exchange within aligned segments of WIDTH lanes.
+// Per-16-bit-half unsigned min of two packed pairs.
+CG_DEVICE uint32_t umin16x2(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("min.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  return r;
+}
+
 template <int WIDTH>
 CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask, WIDTH);
@@ -58,6 +68,9 @@ CG_DEVICE float shfl_xor_f32(float v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask, WIDTH);
 }
 
+// Whether p holds on any lane of the warp (the same answer on every lane).
+CG_DEVICE bool wave_any(bool p) { return __any_sync(0xffffffffu, p); }
+
 // Streaming 16-byte load: read once, non-coherent, no L1 allocation.
 CG_DEVICE uint4 load_stream16(const void* p) {
   uint4 v;
@@ -65,6 +78,17 @@ CG_DEVICE uint4 load_stream16(const void* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
+
+// Asynchronous 16-byte copy global -> shared (cp.async, not through registers nor L1). Copies
+// issued between two copy_commit() form a group; copy_wait<N>() returns once all but the N most
+// recent groups have landed, visible to the issuing thread (other threads need a barrier).
+CG_DEVICE void copy_async16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+               :: "r"(uint32_t(__cvta_generic_to_shared(smem))), "l"(gmem) : "memory");
+}
+CG_DEVICE void copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+CG_DEVICE void copy_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 
 #if defined(CG_FP8_MAX)
 // Four floats to four OCP e4m3 bytes (a in the lowest byte), round to nearest even.
@@ -88,8 +112,11 @@ CG_DEVICE void mma_m16n8k32_e4m3(float (&c)[4], const uint2 (&a)[2], uint2 b) {
 }
 
 // Blocks of `kernel` resident on the current device at once (cached per device).
+// `static`: each module keeps its own cache. With external linkage the static locals of an
+// inline function are unique across the process, so the first module loaded would answer
+// for all (and skip the attribute call below for the others' kernels).
 template <typename Kernel>
-inline int64_t resident_blocks(Kernel kernel, int block) {
+static int64_t resident_blocks(Kernel kernel, int block) {
   static int64_t cache[64] = {};
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
@@ -100,6 +127,27 @@ inline int64_t resident_blocks(Kernel kernel, int block) {
     cache[dev] = int64_t(sms) * per_sm;
   }
   return cache[dev];
+}
+
+// Blocks of `kernel` (block threads, smem bytes of dynamic shared memory each) resident on the
+// current device at once; raises the kernel's dynamic shared memory limit to smem first.
+// Cached per (device, smem): one cache per KEY, which each kernel must have of its own.
+template <int KEY, typename Kernel>
+static int64_t resident_blocks_smem(Kernel kernel, int block, int smem) {
+  static std::mutex lock;
+  static int64_t cache[64][4] = {};  // per device: (smem, blocks), two recent sizes
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  std::lock_guard<std::mutex> guard(lock);
+  int64_t* c = cache[dev];
+  for (int i = 0; i < 4; i += 2)
+    if (c[i + 1] && c[i] == smem) return c[i + 1];
+  int sms = 0, per_sm = 0;
+  (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  (void)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem);
+  c[2] = c[0], c[3] = c[1], c[0] = smem, c[1] = int64_t(sms) * per_sm;
+  return c[1];
 }
 
 }  // namespace cg

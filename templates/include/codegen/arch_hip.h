@@ -4,8 +4,10 @@
 #pragma once
 #include <hip/hip_runtime.h>
 #include <stdint.h>
+#include <mutex>
 
 #define CG_DEVICE __device__ __forceinline__
+#define CG_HOST_DEVICE __host__ __device__ __forceinline__
 
 namespace cg {
 
@@ -15,6 +17,7 @@ namespace cg {
 // registers directly.
 CG_DEVICE int thread_x() { return int(__builtin_amdgcn_workitem_id_x()); }
 CG_DEVICE int block_x() { return int(__builtin_amdgcn_workgroup_id_x()); }
+CG_DEVICE int grid_x() { return int(gridDim.x); }
 
 CG_DEVICE float bits_to_float(uint32_t u) { return __builtin_bit_cast(float, u); }
 CG_DEVICE uint32_t float_to_bits(float f) { return __builtin_bit_cast(uint32_t, f); }
@@ -38,6 +41,13 @@ CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
                                                                 __builtin_bit_cast(u16x2, b)));
 }
 
+// Per-16-bit-half unsigned min of two packed pairs (v_pk_min_u16).
+CG_DEVICE uint32_t umin16x2(uint32_t a, uint32_t b) {
+  typedef unsigned short u16x2 __attribute__((ext_vector_type(2)));
+  return __builtin_bit_cast(uint32_t, __builtin_elementwise_min(__builtin_bit_cast(u16x2, a),
+                                                                __builtin_bit_cast(u16x2, b)));
+}
+
 template <int WIDTH>
 CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
   return uint32_t(__shfl_xor(int(v), mask, WIDTH));
@@ -46,6 +56,18 @@ template <int WIDTH>
 CG_DEVICE float shfl_xor_f32(float v, int mask) {
   return __shfl_xor(v, mask, WIDTH);
 }
+
+// Global -> LDS copies: a plain 16-byte load and store here (the wave waits for the load), so
+// the commit / wait calls that order asynchronous copies elsewhere have nothing to do.
+CG_DEVICE void copy_async16(void* smem, const void* gmem) {
+  *reinterpret_cast<uint4*>(smem) = *reinterpret_cast<const uint4*>(gmem);
+}
+CG_DEVICE void copy_commit() {}
+template <int N>
+CG_DEVICE void copy_wait() {}
+
+// Whether p holds on any lane of the wave (the same answer on every lane).
+CG_DEVICE bool wave_any(bool p) { return __any(p); }
 
 CG_DEVICE uint4 load_stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
 
@@ -90,8 +112,11 @@ CG_DEVICE void wmma_f32_16x16x16_fp8(float (&c)[8], const uint2 (&a)[1], uint2 b
 }
 
 // Blocks of `kernel` resident on the current device at once (cached per device).
+// `static`: each module keeps its own cache. With external linkage the static locals of an
+// inline function are unique across the process, so the first module loaded would answer
+// for all (and skip the attribute call below for the others' kernels).
 template <typename Kernel>
-inline int64_t resident_blocks(Kernel kernel, int block) {
+static int64_t resident_blocks(Kernel kernel, int block) {
   static int64_t cache[64] = {};
   int dev = 0;
   if (hipGetDevice(&dev) != hipSuccess || dev < 0 || dev >= 64) return 0;
@@ -102,6 +127,28 @@ inline int64_t resident_blocks(Kernel kernel, int block) {
     cache[dev] = int64_t(cus) * per_cu;
   }
   return cache[dev];
+}
+
+// Blocks of `kernel` (block threads, smem bytes of dynamic LDS each) resident on the current
+// device at once; raises the kernel's dynamic LDS limit to smem first. Cached per (device, smem):
+// one cache per KEY, which each kernel must have of its own.
+template <int KEY, typename Kernel>
+static int64_t resident_blocks_smem(Kernel kernel, int block, int smem) {
+  static std::mutex lock;
+  static int64_t cache[64][4] = {};  // per device: (smem, blocks), two recent sizes
+  int dev = 0;
+  if (hipGetDevice(&dev) != hipSuccess || dev < 0 || dev >= 64) return 0;
+  std::lock_guard<std::mutex> guard(lock);
+  int64_t* c = cache[dev];
+  for (int i = 0; i < 4; i += 2)
+    if (c[i + 1] && c[i] == smem) return c[i + 1];
+  int cus = 0, per_cu = 0;
+  (void)hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                            hipFuncAttributeMaxDynamicSharedMemorySize, smem);
+  (void)hipDeviceGetAttribute(&cus, hipDeviceAttributeMultiprocessorCount, dev);
+  (void)hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_cu, kernel, block, smem);
+  c[2] = c[0], c[3] = c[1], c[0] = smem, c[1] = int64_t(cus) * per_cu;
+  return c[1];
 }
 
 }  // namespace cg

@@ -29,30 +29,50 @@ CG_DEVICE float clamp_fp8(float v) {
 
 // The quotient x / scale is taken as y = x * inv with inv ~ 1/scale (hardware reciprocal,
 // within 1 ulp), so y is within 4 fp32 ulps of the IEEE quotient. Both round to the same fp8
-// value unless an fp8 rounding boundary lies between them. Those boundaries (midpoints between
-// fp8 values, and fp8 values at binade edges) have at most 5 significant bits: their low 19
-// mantissa bits are zero. boundary_distance(y) is 0 when y is within 8 ulps of one; only then
-// is the exact IEEE quotient computed.
-CG_DEVICE uint32_t boundary_distance(float y) { return (float_to_bits(y) + 8u) & 0x7fff0u; }
+// value unless a rounding boundary lies between them. Above the smallest normal fp8 value
+// (2^-6 for e4m3fn, 2^-7 for e4m3fnuz), the boundaries are the midpoints between neighbouring
+// fp8 values, 1.abc1 x 2^e: bit 19 of the fp32 set and the bits below it clear (values past the
+// clamp give fp_max on both sides). midpoint_distance(y) is 0 when y is within 8 ulps of one.
+// Below 2^-6 the midpoints have fewer bits and the test would miss them: a lane holding such a
+// quotient takes the exact path whole (kSmallQuotient). Exact fp8 values are not boundaries;
+// a group's largest quotient is one (about fp_max), so testing them would send every group down
+// the exact path.
+CG_DEVICE uint32_t midpoint_distance(float y) {
+  return ((float_to_bits(y) + 8u) ^ 0x80000u) & 0xffff0u;
+}
+constexpr float kSmallQuotient = 0x1p-6f;
 
-// Largest |value| of a lane, as the bit pattern of a float: for non-negative floats the integer
-// order is the float order, and a NaN (above +inf) propagates, like torch's amax.
+// Largest and smallest |value| of a lane, as bit patterns of floats: for non-negative floats the
+// integer order is the float order, and a NaN (above +inf) propagates into the max, like
+// torch's amax.
+struct AbsRange {
+  uint32_t max, min;
+};
+
 template <int N>
-CG_DEVICE uint32_t amax_bits(const float (&v)[N]) {
-  uint32_t m = 0;
+CG_DEVICE AbsRange abs_range(const float (&v)[N]) {
+  AbsRange r{0u, 0xffffffffu};
 #pragma unroll
-  for (int i = 0; i < N; ++i) m = umax(m, float_to_bits(v[i]) & 0x7fffffffu);
-  return m;
+  for (int i = 0; i < N; ++i) {
+    const uint32_t a = float_to_bits(v[i]) & 0x7fffffffu;
+    r.max = umax(r.max, a), r.min = umin(r.min, a);
+  }
+  return r;
 }
 
 // The same from packed 16-bit inputs (KIND 0 bf16, 1 fp16), two values per instruction.
 template <int KIND, int W>
-CG_DEVICE uint32_t amax_bits_16(const uint32_t (&w)[W]) {
-  uint32_t m = 0;
+CG_DEVICE AbsRange abs_range_16(const uint32_t (&w)[W]) {
+  uint32_t hi = 0, lo = 0xffffffffu;
 #pragma unroll
-  for (int i = 0; i < W; ++i) m = umax16x2(m, w[i] & 0x7fff7fffu);
-  const uint16_t h = uint16_t(umax(m & 0xffffu, m >> 16));
-  return KIND == 0 ? uint32_t(h) << 16 : float_to_bits(f16_to_float(h));
+  for (int i = 0; i < W; ++i) {
+    const uint32_t a = w[i] & 0x7fff7fffu;
+    hi = umax16x2(hi, a), lo = umin16x2(lo, a);
+  }
+  auto widen = [](uint32_t h) {
+    return KIND == 0 ? h << 16 : float_to_bits(f16_to_float(uint16_t(h)));
+  };
+  return {widen(umax(hi & 0xffffu, hi >> 16)), widen(umin(lo & 0xffffu, lo >> 16))};
 }
 
 // The values of one lane, read on demand: src(i) for i < N. Reading them where they are used
@@ -74,14 +94,14 @@ struct PackedSource {
   }
 };
 
-// N values per lane (src), TPG lanes (an aligned segment of a wave) form one group; lane_amax
-// is the lane's amax_bits. Writes N fp8 bytes as N/4 words; returns the group's scale.
+// N values per lane (src), TPG lanes (an aligned segment of a wave) form one group; lane is the
+// lane's abs_range. Writes N fp8 bytes as N/4 words; returns the group's scale.
 template <int TPG, int N, bool UE8M0, typename Source>
-CG_DEVICE float quantize_group_src(const Source& src, uint32_t lane_amax,
-                                   uint32_t (&out)[N / 4]) {
-  uint32_t m = lane_amax;
+CG_DEVICE float quantize_group_src(const Source& src, AbsRange lane, uint32_t (&out)[N / 4]) {
+  uint32_t m = lane.max;
 #pragma unroll
   for (int off = TPG / 2; off > 0; off >>= 1) m = umax(m, shfl_xor_u32<TPG>(m, off));
+  const bool all_zero = m == 0;  // every quotient is +-0 on both paths
   m = umax(m, float_to_bits(1e-10f));
   float scale = div_rn(bits_to_float(m), CG_FP8_MAX);
   // Quotients are converted four at a time as they are made, so none stays live longer.
@@ -93,7 +113,7 @@ CG_DEVICE float quantize_group_src(const Source& src, uint32_t lane_amax,
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float d = exact ? div_rn(src(i + j), scale) : src(i + j) * inv;
-        nearest = umin(nearest, boundary_distance(d));
+        nearest = umin(nearest, midpoint_distance(d));
         q[j] = CG_FP8_CVT_CLAMPS ? d : clamp_fp8(d);
       }
       out[i / 4] = cvt_pk4_fp8(q[0], q[1], q[2], q[3]);
@@ -106,22 +126,21 @@ CG_DEVICE float quantize_group_src(const Source& src, uint32_t lane_amax,
     scale = pow2_ceil(scale);
     const uint32_t sb = float_to_bits(scale);
     convert((sb >> 23) >= 0xffu ? div_rn(1.0f, scale) : bits_to_float((254u << 23) - sb), false);
-  } else if (convert(rcp_approx(scale), false) == 0) {
-    convert(0.0f, true);  // rare (about one lane in 2000): a quotient is near an fp8 boundary
+  } else {
+    const float inv = rcp_approx(scale);
+    const bool near = convert(inv, false) == 0;
+    // All-zero groups (such as the padding items of the RMSNorm kernels) need no check:
+    // 0 * inv and 0 / scale are the same signed zero.
+    const bool small = bits_to_float(lane.min) * inv < kSmallQuotient && !all_zero;
+    if (near || small) convert(0.0f, true);  // rare on real data: about one lane in 4000
   }
   return scale;
 }
 
-template <int TPG, int N, bool UE8M0>
-CG_DEVICE float quantize_group_amax(const float (&v)[N], uint32_t lane_amax,
-                                    uint32_t (&out)[N / 4]) {
-  return quantize_group_src<TPG, N, UE8M0>(FloatSource<N>{v}, lane_amax, out);
-}
-
-// quantize_group_amax with the lane's amax taken from v.
+// quantize_group_src over the floats v.
 template <int TPG, int N, bool UE8M0>
 CG_DEVICE float quantize_group(const float (&v)[N], uint32_t (&out)[N / 4]) {
-  return quantize_group_amax<TPG, N, UE8M0>(v, amax_bits(v), out);
+  return quantize_group_src<TPG, N, UE8M0>(FloatSource<N>{v}, abs_range(v), out);
 }
 #endif
 

@@ -118,8 +118,8 @@ struct Chunk {
 };
 
 // Sum of s over the TPR threads of a row (threads [k TPR, (k+1) TPR) of the block), returned to
-// all of them. Every thread of the block must call it (it may synchronize the block), once per
-// kernel: smem is not guarded for reuse. tid: threadIdx.x (read once by the kernel); smem:
+// all of them. Every thread of the block must call it (it may synchronize the block); smem is
+// not guarded for reuse by the next call (rmsnorm_rows_staged alternates two). tid: threadIdx.x (read once by the kernel); smem:
 // blockDim.x / WAVE floats.
 template <int TPR, int WAVE>
 CG_DEVICE float row_sum(float s, int tid, float* smem) {
@@ -139,10 +139,46 @@ CG_DEVICE float row_sum(float s, int tid, float* smem) {
   return s;
 }
 
+// Chunk j of a row into c: x's, or with RESIDUAL dtype(x + residual), which is also written to
+// res_dst. n: elements of the chunk that exist (0 when !ok). STREAM: x is read once.
+template <int KIND, bool VECTOR, bool STREAM, bool RESIDUAL>
+CG_DEVICE void read_chunk(Chunk<KIND>& c, const uint8_t* x, const uint8_t* res_src,
+                          uint8_t* res_dst, int j, int n, bool ok) {
+  c.template load<VECTOR, STREAM>(x, j * kChunk, n);
+  if constexpr (RESIDUAL) {
+    Chunk<KIND> a;
+    a.template load<VECTOR, false>(res_src, j * kChunk, n);
+    float s[kChunk];
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) s[e] = c.get(e) + a.get(e);
+    c.set(s);
+    if (ok) c.template store<VECTOR>(res_dst, j * kChunk, n);
+  }
+}
+
+template <int KIND>
+CG_DEVICE void sum_squares(float& ss, const Chunk<KIND>& c) {
+#pragma unroll
+  for (int e = 0; e < kChunk; ++e) ss = fma_rn(c.get(e), c.get(e), ss);
+}
+
+// out(j, v, ok) with v = x * rstd * w in fp32 (not rounded). Chunks that no lane of the wave
+// holds (the row is shorter than the tier's capacity) are skipped by the whole wave, so out
+// may still shuffle.
+template <int KIND, class Out>
+CG_DEVICE void emit_chunk(const Chunk<KIND>& c, const Chunk<KIND>& wc, int j, bool ok,
+                          float rstd, const Out& out) {
+  if (!wave_any(ok)) return;
+  float v[kChunk];
+#pragma unroll
+  for (int e = 0; e < kChunk; ++e) v[e] = c.get(e) * rstd * wc.get(e);
+  out(j, v, ok);
+}
+
 // One row, seen from thread r = tid % TPR of its TPR threads (tid: threadIdx.x): optional
-// residual add, sum of squares, scale, then out(j, v, ok) for every chunk j the thread owns, with
-// v = x * rstd * w in fp32 (not rounded). out is called for every item by every thread, in the
-// same order, valid or not (ok says), so that it may shuffle within a wave.
+// residual add, sum of squares, scale, then out(j, v, ok) for every chunk j the thread owns
+// (emit_chunk). out is called by every lane of a wave together, in the same order, valid or
+// not (ok says), so that it may shuffle within a wave.
 //   x, res: this row of x and of the residual (RESIDUAL: res is read, then overwritten with
 //   dtype(x + res), and the row is that rounded sum); w: the weight.
 //   ITEMS: chunks per thread held in registers. TWO_PASS: the row is longer than TPR * ITEMS
@@ -155,26 +191,7 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
   using C = Chunk<KIND>;
   const int r = tid % TPR;
   const int nchunk = (h + kChunk - 1) / kChunk;
-  // Chunk j of the row, the residual added (rounded to dtype) and written back.
-  auto read = [&](C& c, int j, bool ok) {
-    const int n = ok ? h - j * kChunk : 0;
-    c.template load<VECTOR, true>(x, j * kChunk, n);
-    if constexpr (RESIDUAL) {
-      C a;
-      a.template load<VECTOR, false>(res, j * kChunk, n);
-      float s[kChunk];
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) s[e] = c.get(e) + a.get(e);
-      c.set(s);
-      if (ok) c.template store<VECTOR>(res, j * kChunk, n);
-    }
-  };
-  auto emit = [&](const C& c, const C& wc, int j, bool ok, float rstd) {
-    float v[kChunk];
-#pragma unroll
-    for (int e = 0; e < kChunk; ++e) v[e] = c.get(e) * rstd * wc.get(e);
-    out(j, v, ok);
-  };
+  auto count = [&](int j, bool ok) { return ok ? h - j * kChunk : 0; };
   float ss = 0.0f;
   if constexpr (!TWO_PASS) {
     C c[ITEMS], wc[ITEMS];
@@ -182,19 +199,16 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
     for (int i = 0; i < ITEMS; ++i) {
       const int j = r + i * TPR;
       const bool ok = row_ok && j < nchunk;
-      read(c[i], j, ok);
-      wc[i].template load<VECTOR, false>(w, j * kChunk, ok ? h - j * kChunk : 0);
+      read_chunk<KIND, VECTOR, true, RESIDUAL>(c[i], x, res, res, j, count(j, ok), ok);
+      wc[i].template load<VECTOR, false>(w, j * kChunk, count(j, ok));
     }
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-#pragma unroll
-      for (int e = 0; e < kChunk; ++e) ss = fma_rn(c[i].get(e), c[i].get(e), ss);
-    }
+    for (int i = 0; i < ITEMS; ++i) sum_squares(ss, c[i]);
     const float rstd = rms_scale(row_sum<TPR, WAVE>(ss, tid, smem), h, eps);
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int j = r + i * TPR;
-      emit(c[i], wc[i], j, row_ok && j < nchunk, rstd);
+      emit_chunk(c[i], wc[i], j, row_ok && j < nchunk, rstd, out);
     }
   } else {
     for (int base = 0; base < nchunk; base += TPR * ITEMS) {
@@ -202,13 +216,11 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
         const int j = base + r + i * TPR;
-        read(c[i], j, row_ok && j < nchunk);
+        const bool ok = row_ok && j < nchunk;
+        read_chunk<KIND, VECTOR, true, RESIDUAL>(c[i], x, res, res, j, count(j, ok), ok);
       }
 #pragma unroll
-      for (int i = 0; i < ITEMS; ++i) {
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e) ss = fma_rn(c[i].get(e), c[i].get(e), ss);
-      }
+      for (int i = 0; i < ITEMS; ++i) sum_squares(ss, c[i]);
     }
     const float rstd = rms_scale(row_sum<TPR, WAVE>(ss, tid, smem), h, eps);
     // The second read sees what this same thread wrote to the residual in the first pass.
@@ -218,15 +230,102 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
         const int j = base + r + i * TPR;
-        const int n = row_ok && j < nchunk ? h - j * kChunk : 0;
+        const int n = count(j, row_ok && j < nchunk);
         c[i].template load<VECTOR, !RESIDUAL>(src, j * kChunk, n);
         wc[i].template load<VECTOR, false>(w, j * kChunk, n);
       }
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
         const int j = base + r + i * TPR;
-        emit(c[i], wc[i], j, row_ok && j < nchunk, rstd);
+        emit_chunk(c[i], wc[i], j, row_ok && j < nchunk, rstd, out);
       }
+    }
+  }
+}
+
+// Rows streamed through shared memory: the BLOCK / TPR row groups of a block take rows
+// first + g, first + g + stride, ... (first = block * BLOCK / TPR, stride = grid * BLOCK / TPR),
+// and while a row is normalized the next STAGES - 1 are being copied in (asynchronously where
+// the target can), so the loads keep going during the arithmetic of the fused kernels. Thread r
+// copies exactly the chunks it reads later, so the data needs no barrier. The arithmetic per row
+// is rmsnorm_row's, in the same order: the same bits. Rows must be 16-byte aligned with
+// h * bytes a multiple of 16 (the VECTOR case); at most ITEMS * TPR chunks per row.
+//   stage: dynamic shared memory of stage_bytes<KIND, RESIDUAL>(h) * STAGES * BLOCK / TPR;
+//   red: 2 * BLOCK / WAVE floats; out_for(t): the output functor of row t.
+template <int KIND, bool RESIDUAL>
+CG_HOST_DEVICE int stage_bytes(int64_t h) {
+  return int(h * (KIND == 2 ? 4 : 2)) * (RESIDUAL ? 2 : 1);
+}
+
+template <int KIND, int TPR, int ITEMS, int WAVE, bool RESIDUAL, int STAGES, int BLOCK,
+          class OutFor>
+CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* res,
+                                   int64_t res_stride, const uint8_t* w, int h, float eps,
+                                   int64_t rows, int tid, float* red, uint8_t* stage,
+                                   const OutFor& out_for) {
+  static_assert(STAGES >= 2, "one row in flight at least");
+  using C = Chunk<KIND>;
+  constexpr int RPB = BLOCK / TPR;
+  const int r = tid % TPR, g = tid / TPR;
+  const int nchunk = h / kChunk;
+  const int row_bytes = h * C::BYTES;
+  const int64_t first = int64_t(block_x()) * RPB, stride = int64_t(grid_x()) * RPB;
+  // Row group g's buffers for the k-th row: x, then the residual.
+  auto slot = [&](int k) {
+    return stage + int64_t((k % STAGES) * RPB + g) * stage_bytes<KIND, RESIDUAL>(h);
+  };
+  auto fetch = [&](int k) {
+    const int64_t t = first + g + k * stride;
+    if (t < rows) {
+      uint8_t* dst = slot(k);
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        const int j = r + i * TPR;
+        if (j < nchunk) {
+#pragma unroll
+          for (int p = 0; p < C::PIECES; ++p) {
+            const int off = j * kChunk * C::BYTES + p * 16;
+            copy_async16(dst + off, x + t * x_stride + off);
+            if constexpr (RESIDUAL) copy_async16(dst + row_bytes + off, res + t * res_stride + off);
+          }
+        }
+      }
+    }
+    copy_commit();  // possibly empty: one group per row keeps the wait counts right
+  };
+#pragma unroll
+  for (int k = 0; k < STAGES - 1; ++k) fetch(k);
+  for (int k = 0; first + k * stride < rows; ++k) {
+    const int64_t t = first + g + k * stride;
+    const bool row_ok = t < rows;
+    copy_wait<STAGES - 2>();
+    const uint8_t* src = slot(k);
+    uint8_t* res_row = RESIDUAL ? res + (row_ok ? t : 0) * res_stride : nullptr;
+    C c[ITEMS];
+    float ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int j = r + i * TPR;
+      const bool ok = row_ok && j < nchunk;
+      read_chunk<KIND, true, false, RESIDUAL>(c[i], src, src + row_bytes, res_row, j,
+                                             ok ? kChunk : 0, ok);
+    }
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) sum_squares(ss, c[i]);
+    // The slot of row k - 1 is refilled only now: this thread's reads of it are complete.
+    fetch(k + STAGES - 1);
+    // Two sets of partial sums, alternating: a row's barrier orders the reads of the set used
+    // two rows before against its next writes.
+    const float rstd = rms_scale(row_sum<TPR, WAVE>(ss, tid, red + (k & 1) * (BLOCK / WAVE)),
+                                 h, eps);
+    const auto out = out_for(row_ok ? t : 0);
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int j = r + i * TPR;
+      const bool ok = row_ok && j < nchunk;
+      C wc;  // from L1 / L2: held across rows it would cost occupancy
+      wc.template load<true, false>(w, j * kChunk, ok ? kChunk : 0);
+      emit_chunk(c[i], wc, j, ok, rstd, out);
     }
   }
 }
