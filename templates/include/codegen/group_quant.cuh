@@ -37,8 +37,10 @@ CG_DEVICE float clamp_fp8(float v) {
 // quotient takes the exact path whole (kSmallQuotient). Exact fp8 values are not boundaries;
 // a group's largest quotient is one (about fp_max), so testing them would send every group down
 // the exact path.
+// (Written as one add and one mask: (b + 8) & 0xffff0 == 0x80000 exactly when the 20 low bits
+// of b + 8 - 0x80000 are below 16.)
 CG_DEVICE uint32_t midpoint_distance(float y) {
-  return ((float_to_bits(y) + 8u) ^ 0x80000u) & 0xffff0u;
+  return (float_to_bits(y) + (8u - 0x80000u)) & 0xffff0u;
 }
 constexpr float kSmallQuotient = 0x1p-6f;
 

@@ -189,7 +189,7 @@ template <int KIND, int TPR, int ITEMS, bool TWO_PASS, int WAVE, bool VECTOR, bo
 CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int h, float eps,
                            bool row_ok, int tid, float* smem, const Out& out) {
   using C = Chunk<KIND>;
-  const int r = tid % TPR;
+  const int r = int(uint32_t(tid) % TPR);
   const int nchunk = (h + kChunk - 1) / kChunk;
   auto count = [&](int j, bool ok) { return ok ? h - j * kChunk : 0; };
   float ss = 0.0f;
@@ -357,8 +357,9 @@ struct QuantRow {
     uint32_t bytes[kChunk / 4];
     const float scale = quantize_group<TPG, kChunk, UE8M0>(v, bytes);
     if (!ok) return;
-    *reinterpret_cast<uint2*>(q + j * kChunk) = make_uint2(bytes[0], bytes[1]);
-    if (j % TPG == 0) scales[int64_t(j / TPG) * scale_col] = scale;
+    const uint32_t u = uint32_t(j);  // unsigned: / and % by TPG are a shift and a mask
+    *reinterpret_cast<uint2*>(q + u * kChunk) = make_uint2(bytes[0], bytes[1]);
+    if (u % TPG == 0) scales[(u / TPG) * scale_col] = scale;
     if (y != nullptr) {
       Chunk<KIND> c;
       c.set(v);
