@@ -190,12 +190,10 @@ LIB.define("rmsnorm_group_quant(Tensor x, Tensor weight, Tensor(a!)? residual, f
            "float fp8_max, ScalarType fp8_dtype) -> (Tensor, Tensor, Tensor)")
 
 
-def _quant_outputs(x, group_size, scale_layout, fp8_dtype, with_y):
+def _quant_outputs(x, group_size, scale_layout, fp8_dtype):
     t, h = x.shape
     q = torch.empty((t, h), dtype=fp8_dtype, device=x.device)
-    s = empty_scales(t, h // group_size, scale_layout, x.device)
-    y = torch.empty((t if with_y else 0, h), dtype=x.dtype, device=x.device)
-    return q, s, y
+    return q, empty_scales(t, h // group_size, scale_layout, x.device)
 
 
 @torch.library.register_fake("codegen::rmsnorm_group_quant")
@@ -210,8 +208,9 @@ def _rgq_fake(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_re
 
 def _rgq_impl(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_return_unquantized,
               fp8_max, fp8_dtype):
-    q, s, y = _quant_outputs(x, group_size, scale_layout, fp8_dtype, also_return_unquantized)
+    q, s = _quant_outputs(x, group_size, scale_layout, fp8_dtype)
     t, h = x.shape
+    y = torch.empty((t if also_return_unquantized else 0, h), dtype=x.dtype, device=x.device)
     if t == 0:
         return q, s, y
     if residual is not None:
@@ -279,7 +278,7 @@ def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0,
                fp8_dtype):
     t, hq = q.shape
     hkv = kv.shape[1]
-    q_fp8, q_scales, _ = _quant_outputs(q, group_size, scale_layout, fp8_dtype, False)
+    q_fp8, q_scales = _quant_outputs(q, group_size, scale_layout, fp8_dtype)
     kv_out = torch.empty((t, hkv), dtype=kv.dtype, device=kv.device)
     if t == 0:
         return q_fp8, q_scales, kv_out

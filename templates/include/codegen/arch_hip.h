@@ -67,7 +67,9 @@ template <int N>
 CG_DEVICE void copy_wait() {}
 
 // Whether p holds on any lane of the wave (the same answer on every lane).
-CG_DEVICE bool wave_any(bool p) { return __any(p); }
+// (The ballot builtin, not __any: with no device library linked that is a call, and a call
+// costs registers.)
+CG_DEVICE bool wave_any(bool p) { return __builtin_amdgcn_ballot_w64(p) != 0; }
 
 CG_DEVICE uint4 load_stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
 
