@@ -368,6 +368,29 @@ def test_empty():
     assert q8.shape == (0, 512) and qs.shape == (0, 4) and kvn.shape == (0, 64)
 
 
+def test_checks_still_hold_after_a_good_call():
+    """Checks are kept per call signature (dtypes, devices, sizes past the rows, strides): what
+    changes with T alone must still be caught on later calls."""
+    bf = torch.bfloat16
+    x, w = data(4, 256, bf), weight(256, bf)
+    kv, kvw = data(4, 512, bf), weight(512, bf)
+    ops.dual_rmsnorm_group_quant(x, w, kv, kvw)
+    with pytest.raises(ValueError, match="kv: 3 rows"):
+        ops.dual_rmsnorm_group_quant(x, w, kv[:3], kvw)
+    r = data(4, 256, bf)
+    ops.fused_add_rmsnorm(x, r, w)
+    with pytest.raises(ValueError, match="residual: shape"):
+        ops.fused_add_rmsnorm(x, r[:3], w)
+    ops.rmsnorm_group_quant(x, w, residual=r)
+    with pytest.raises(ValueError, match="residual: shape"):
+        ops.rmsnorm_group_quant(x, w, residual=r[:3])
+    # a last dim that is not contiguous passes with no rows, and must not with one
+    nc = torch.randn(256, 2, device="cuda", dtype=bf).t()
+    ops.rmsnorm(nc[:0], w)
+    with pytest.raises(ValueError, match="x: last dim must be contiguous"):
+        ops.rmsnorm(nc[:1], w)
+
+
 def test_bad_input_names_the_argument():
     x, w = data(4, 256, torch.bfloat16), weight(256, torch.bfloat16)
     with pytest.raises(TypeError, match="x: dtype"):

@@ -42,7 +42,7 @@ _launchers: dict[tuple, tuple] = {}
 
 def launcher(family: str, x: torch.Tensor, **params):
     """(launcher, uri) of the variant serving these parameters on x's device, cached."""
-    key = (family, x.device, *params.items())
+    key = (family, x.get_device(), *params.items())   # x is a checked GPU tensor
     hit = _launchers.get(key)
     if hit is None:
         v = variant_for(family, arch(x), **params)

@@ -109,6 +109,37 @@ def _check_aligned_residual(residual: torch.Tensor) -> None:
                          f"row stride {residual.stride(0)} elements)")
 
 
+# ---- per-signature plans ----
+# The checks that read neither T nor the data run once per call signature (dtypes, devices,
+# sizes past the rows, strides, whether there are 0, 1 or more rows, parameters) and their
+# result is kept; the T-dependent ones run on every call. Not while torch.compile traces
+# (sizes may be symbolic there): the checks then run in full.
+_plans: dict[tuple, object] = {}
+_MISS = object()
+
+
+def _signature(t: torch.Tensor) -> tuple:
+    # rows as 0, 1 or more: the row stride and last-dim stride checks depend on that alone
+    return (t.dtype, t.is_cuda, t.get_device(), t.shape[1:], t.stride(), min(t.shape[0], 2))
+
+
+def _planned(params: tuple, tensors: tuple, check):
+    """check()'s result, computed once per (params, signatures of tensors)."""
+    try:
+        key = (params, *map(_signature, tensors))
+        hit = _plans.get(key, _MISS)
+    except (AttributeError, TypeError, IndexError):   # not tensors, 0-d, unhashable: no plan
+        return check()
+    if hit is _MISS:
+        hit = _plans[key] = check()
+    return hit
+
+
+def _check_row_count(name: str, t: torch.Tensor) -> None:
+    if t.shape[0] > MAX_T:
+        raise ValueError(f"{name}: {t.shape[0]} rows exceed {MAX_T}")
+
+
 # ---- rmsnorm / fused_add_rmsnorm ----
 
 LIB.define("rmsnorm(Tensor x, Tensor weight, float eps) -> Tensor")
@@ -160,11 +191,14 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.T
     x: [T, H] bf16/fp16/fp32, last dim contiguous, any row stride >= H; weight: [H], x's dtype.
     Returns y [T, H] contiguous.
     """
-    _check_rows("x", x, tuple(DTYPE_NAMES))
-    _check_weight("weight", weight, x, "x")
-    eps = _check_eps(eps)
+    def check():
+        _check_rows("x", x, tuple(DTYPE_NAMES))
+        _check_weight("weight", weight, x, "x")
+        return _check_eps(eps)
     if torch.compiler.is_compiling():
-        return torch.ops.codegen.rmsnorm(x, weight, eps)
+        return torch.ops.codegen.rmsnorm(x, weight, check())
+    eps = _planned(("rmsnorm", eps), (x, weight), check)
+    _check_row_count("x", x)
     return _rmsnorm_impl(x, weight, eps)
 
 
@@ -174,12 +208,17 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
 
     x, residual: [T, H] of one dtype (bf16/fp16/fp32), last dim contiguous; weight: [H].
     """
-    _check_rows("x", x, tuple(DTYPE_NAMES))
-    _check_residual(residual, x)
-    _check_weight("weight", weight, x, "x")
-    eps = _check_eps(eps)
+    def check():
+        _check_rows("x", x, tuple(DTYPE_NAMES))
+        _check_residual(residual, x)
+        _check_weight("weight", weight, x, "x")
+        return _check_eps(eps)
     if torch.compiler.is_compiling():
-        return torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, eps)
+        return torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, check())
+    eps = _planned(("fused_add_rmsnorm", eps), (x, residual, weight), check)
+    _check_row_count("x", x)
+    if residual.shape[0] != x.shape[0]:
+        _check_residual(residual, x)
     return _fused_add_impl(x, residual, weight, eps)
 
 
@@ -243,16 +282,26 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
     as per_token_group_quant_fp8), plus y [T, H] (dtype(normalized)) if also_return_unquantized.
     ue8m0: power-of-two scales. fp8_max: as per_token_group_quant_fp8 (device default).
     """
-    _check_rows("x", x, QUANT_DTYPES)
-    _check_weight("weight", weight, x, "x")
-    if residual is not None:
-        _check_residual(residual, x)
-    eps = _check_eps(eps)
-    _check_quant("x", x.shape[1], group_size, scale_layout)
-    fp8_dtype, fmax = resolve_fp8(x, None, fp8_max)
+    def check():
+        _check_rows("x", x, QUANT_DTYPES)
+        _check_weight("weight", weight, x, "x")
+        if residual is not None:
+            _check_residual(residual, x)
+        _check_quant("x", x.shape[1], group_size, scale_layout)
+        return (_check_eps(eps), *resolve_fp8(x, None, fp8_max))
+    compiling = torch.compiler.is_compiling()
+    if compiling:
+        eps, fp8_dtype, fmax = check()
+    else:
+        tensors = (x, weight) if residual is None else (x, weight, residual)
+        eps, fp8_dtype, fmax = _planned(("rmsnorm_group_quant", eps, group_size, scale_layout,
+                                         fp8_max), tensors, check)
+        _check_row_count("x", x)
+        if residual is not None and residual.shape[0] != x.shape[0]:
+            _check_residual(residual, x)
     args = (x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
             bool(also_return_unquantized), fmax, fp8_dtype)
-    if torch.compiler.is_compiling():
+    if compiling:
         q, s, y = torch.ops.codegen.rmsnorm_group_quant(*args)
     else:
         q, s, y = _rgq_impl(*args)
@@ -307,28 +356,41 @@ def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.
     dtype (bf16/fp16), last dims contiguous, rows may be strided; Hq, Hkv <= 8192.
     Returns (q_fp8 [T, Hq], q_scales fp32 [T, Hq/G] in scale_layout, kv_normed [T, Hkv]).
     """
-    _check_rows("q", q, QUANT_DTYPES)
-    _check_weight("q_weight", q_weight, q, "q")
-    _check_rows("kv", kv, QUANT_DTYPES)
-    if kv.dtype != q.dtype or kv.device != q.device:
-        raise TypeError(f"kv: {kv.dtype} on {kv.device} must match q ({q.dtype} on {q.device})")
-    if kv.shape[0] != q.shape[0]:
-        raise ValueError(f"kv: {kv.shape[0]} rows, but q has {q.shape[0]}")
-    _check_weight("kv_weight", kv_weight, kv, "kv")
-    eps = _check_eps(eps)
-    _check_quant("q", q.shape[1], group_size, scale_layout)
-    if kv.shape[1] % 8:
-        raise ValueError(f"kv: hidden size {kv.shape[1]} is not a multiple of 8")
-    fp8_dtype, fmax = resolve_fp8(q, None, fp8_max)
-    wave = get_target(arch(q)).wave_size
-    for name, t in (("q", q), ("kv", kv)):
-        limit = dual_max_h(DTYPE_NAMES[t.dtype], wave)
-        if t.shape[1] > limit:
-            raise ValueError(f"{name}: hidden size {t.shape[1]} exceeds {limit}, the longest row "
-                             f"dual_rmsnorm_group_quant holds; use rmsnorm_group_quant and "
-                             f"rmsnorm")
+    def check():
+        _check_rows("q", q, QUANT_DTYPES)
+        _check_weight("q_weight", q_weight, q, "q")
+        _check_rows("kv", kv, QUANT_DTYPES)
+        if kv.dtype != q.dtype or kv.device != q.device:
+            raise TypeError(f"kv: {kv.dtype} on {kv.device} must match q ({q.dtype} on "
+                            f"{q.device})")
+        _check_dual_rows(q, kv)
+        _check_weight("kv_weight", kv_weight, kv, "kv")
+        _check_quant("q", q.shape[1], group_size, scale_layout)
+        if kv.shape[1] % 8:
+            raise ValueError(f"kv: hidden size {kv.shape[1]} is not a multiple of 8")
+        wave = get_target(arch(q)).wave_size
+        for name, t in (("q", q), ("kv", kv)):
+            limit = dual_max_h(DTYPE_NAMES[t.dtype], wave)
+            if t.shape[1] > limit:
+                raise ValueError(f"{name}: hidden size {t.shape[1]} exceeds {limit}, the longest "
+                                 f"row dual_rmsnorm_group_quant holds; use rmsnorm_group_quant "
+                                 f"and rmsnorm")
+        return (_check_eps(eps), *resolve_fp8(q, None, fp8_max))
+    compiling = torch.compiler.is_compiling()
+    if compiling:
+        eps, fp8_dtype, fmax = check()
+    else:
+        eps, fp8_dtype, fmax = _planned(("dual", eps, group_size, scale_layout, fp8_max),
+                                        (q, q_weight, kv, kv_weight), check)
+        _check_row_count("q", q)
+        _check_dual_rows(q, kv)
     args = (q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0), fmax,
             fp8_dtype)
-    if torch.compiler.is_compiling():
+    if compiling:
         return torch.ops.codegen.dual_rmsnorm_group_quant(*args)
     return _dual_impl(*args)
+
+
+def _check_dual_rows(q, kv) -> None:
+    if kv.shape[0] != q.shape[0]:
+        raise ValueError(f"kv: {kv.shape[0]} rows, but q has {q.shape[0]}")
