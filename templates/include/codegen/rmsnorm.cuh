@@ -162,13 +162,16 @@ CG_DEVICE void sum_squares(float& ss, const Chunk<KIND>& c) {
   for (int e = 0; e < kChunk; ++e) ss = fma_rn(c.get(e), c.get(e), ss);
 }
 
-// out(j, v, ok) with v = x * rstd * w in fp32 (not rounded). Chunks that no lane of the wave
-// holds (the row is shorter than the tier's capacity) are skipped by the whole wave, so out
-// may still shuffle.
+// out(j, v, ok) with v = x * rstd * w in fp32 (not rounded). An Out that shuffles within a wave
+// (Out::kShuffles) is called by all lanes of a wave or none: chunks that no lane holds (the row
+// is shorter than the tier's capacity) are skipped by the whole wave. Others are called on every
+// lane and store only where ok (branch-free here: a branch per chunk cost SGPRs on gfx90a).
 template <int KIND, class Out>
 CG_DEVICE void emit_chunk(const Chunk<KIND>& c, const Chunk<KIND>& wc, int j, bool ok,
                           float rstd, const Out& out) {
-  if (!wave_any(ok)) return;
+  if constexpr (Out::kShuffles) {
+    if (!wave_any(ok)) return;
+  }
   float v[kChunk];
 #pragma unroll
   for (int e = 0; e < kChunk; ++e) v[e] = c.get(e) * rstd * wc.get(e);
@@ -199,8 +202,9 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
     for (int i = 0; i < ITEMS; ++i) {
       const int j = r + i * TPR;
       const bool ok = row_ok && j < nchunk;
-      read_chunk<KIND, VECTOR, true, RESIDUAL>(c[i], x, res, res, j, count(j, ok), ok);
-      wc[i].template load<VECTOR, false>(w, j * kChunk, count(j, ok));
+      const int n = count(j, ok);  // once: two evaluations cost gfx90a SGPRs (and spills)
+      read_chunk<KIND, VECTOR, true, RESIDUAL>(c[i], x, res, res, j, n, ok);
+      wc[i].template load<VECTOR, false>(w, j * kChunk, n);
     }
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) sum_squares(ss, c[i]);
@@ -333,6 +337,7 @@ CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* 
 // Output of rmsnorm: y = dtype(v), one rounding.
 template <int KIND, bool VECTOR>
 struct StoreRow {
+  static constexpr bool kShuffles = false;
   uint8_t* y;  // this row of y
   int h;
   CG_DEVICE void operator()(int j, const float (&v)[kChunk], bool ok) const {
@@ -349,6 +354,7 @@ struct StoreRow {
 // Optionally also y = dtype(v).
 template <int KIND, int TPG, bool UE8M0>
 struct QuantRow {
+  static constexpr bool kShuffles = true;
   uint8_t* q;          // this row of q (fp8, contiguous)
   float* scales;       // this row's first scale
   int64_t scale_col;   // element stride between the row's scales
