@@ -120,7 +120,7 @@ _MISS = object()
 
 def _signature(t: torch.Tensor) -> tuple:
     # rows as 0, 1 or more: the row stride and last-dim stride checks depend on that alone
-    return (t.dtype, t.is_cuda, t.get_device(), t.shape[1:], t.stride(), min(t.shape[0], 2))
+    return (t.dtype, t.is_cuda, t.get_device(), t.shape[-1], t.stride(), min(t.shape[0], 2))
 
 
 def _planned(params: tuple, tensors: tuple, check):
