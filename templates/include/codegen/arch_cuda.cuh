@@ -142,7 +142,11 @@ static int64_t resident_blocks_smem(Kernel kernel, int block, int smem) {
   int64_t* c = cache[dev];
   for (int i = 0; i < 4; i += 2)
     if (c[i + 1] && c[i] == smem) return c[i + 1];
-  int sms = 0, per_sm = 0;
+  // More than a block may have: 0, and no failing call (its error would be the next
+  // cudaGetLastError's, that of the launch that follows).
+  int sms = 0, per_sm = 0, limit = 0;
+  (void)cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  if (smem > limit) return 0;
   (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   (void)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem);

@@ -144,7 +144,11 @@ static int64_t resident_blocks_smem(Kernel kernel, int block, int smem) {
   int64_t* c = cache[dev];
   for (int i = 0; i < 4; i += 2)
     if (c[i + 1] && c[i] == smem) return c[i + 1];
-  int cus = 0, per_cu = 0;
+  // More than a block may have: 0, and no failing call (its error would be the next
+  // hipGetLastError's, that of the launch that follows).
+  int cus = 0, per_cu = 0, limit = 0;
+  (void)hipDeviceGetAttribute(&limit, hipDeviceAttributeSharedMemPerBlockOptin, dev);
+  if (smem > limit) return 0;
   (void)hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                             hipFuncAttributeMaxDynamicSharedMemorySize, smem);
   (void)hipDeviceGetAttribute(&cus, hipDeviceAttributeMultiprocessorCount, dev);
