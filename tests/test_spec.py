@@ -135,3 +135,26 @@ def test_rmsnorm_tiers_share_threads_per_row():
         for d in ("bf16", "fp16"):
             dual = dual_tiers(d, wave)
             assert list(dual) == list(tiers(d, wave)[:len(dual)]) and max_h(d, wave) == 8192
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "gfx942", "gfx1201"])
+def test_rmsnorm_row_pipeline_where_copies_are_asynchronous(arch):
+    """Rows go through shared memory only where the copy is asynchronous (cp.async on sm_90a),
+    and only in the tiers the H200 measured faster: every one-pass tier of fused_add_rmsnorm,
+    the 1024-thread one of rmsnorm. The AMD sources launch the register kernels alone."""
+    from codegen.render import render
+    from codegen.spec import make_variant
+
+    for residual in (False, True):
+        v = make_variant("rmsnorm", arch, dtype="bf16", residual=residual, load="vec16")
+        src = render(v)
+        calls = [line.split("launch<")[1].split(">(")[0] for line in src.splitlines()
+                 if "return launch<" in line]
+        flags = [args.split(", ")[4] for args in calls]   # <TPR, ITEMS, TWO_PASS, BLOCK, STAGED>
+        if arch.startswith("gfx"):
+            assert "STAGES = VECTOR ? 0 : 0" in src and set(flags) == {"false"}
+            continue
+        assert f"STAGES = VECTOR ? {2 if residual else 3} : 0" in src
+        # the last tier reads rows twice and is never staged
+        assert flags[-1] == "false" and ("true" in flags)
+        assert flags.count("true") == (len(flags) - 1 if residual else 1)
