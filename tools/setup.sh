@@ -4,8 +4,9 @@
 set -u
 PY=${PY:-python3}
 
-if ! $PY -c "import jinja2, ninja, filelock, tqdm, pytest" 2>/dev/null; then
-  $PY -m pip install -q "jinja2>=3.1" "ninja>=1.11" "filelock>=3.12" "tqdm>=4.66" "pytest>=8" || exit 1
+if ! $PY -c "import jinja2, ninja, filelock, tqdm, pytest, numpy" 2>/dev/null; then
+  $PY -m pip install -q "jinja2>=3.1" "ninja>=1.11" "filelock>=3.12" "tqdm>=4.66" "pytest>=8" \
+    "numpy>=1.24" || exit 1
 fi
 if ! $PY -c "import torch" 2>/dev/null; then
   # CPU machines: a CPU build is enough for everything but the GPU tests.
