@@ -111,29 +111,14 @@ CG_DEVICE void mma_m16n8k32_e4m3(float (&c)[4], const uint2 (&a)[2], uint2 b) {
       : "r"(a[0].x), "r"(a[1].x), "r"(a[0].y), "r"(a[1].y), "r"(b.x), "r"(b.y));
 }
 
-// Blocks of `kernel` resident on the current device at once (cached per device).
-// `static`: each module keeps its own cache. With external linkage the static locals of an
-// inline function are unique across the process, so the first module loaded would answer
-// for all (and skip the attribute call below for the others' kernels).
-template <typename Kernel>
-static int64_t resident_blocks(Kernel kernel, int block) {
-  static int64_t cache[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  if (!cache[dev]) {
-    int sms = 0, per_sm = 0;
-    (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    (void)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, 0);
-    cache[dev] = int64_t(sms) * per_sm;
-  }
-  return cache[dev];
-}
-
 // Blocks of `kernel` (block threads, smem bytes of dynamic shared memory each) resident on the
-// current device at once; raises the kernel's dynamic shared memory limit to smem first.
-// Cached per (device, smem): one cache per KEY, which each kernel must have of its own.
+// current device at once, 0 if smem exceeds what a block may have; raises the kernel's dynamic
+// shared memory limit to smem first. Cached per (device, smem), one cache per KEY: each kernel
+// of a module needs its own KEY. `static`: with external linkage the static locals of an inline
+// function are unique across the process, so the first module loaded would answer for all
+// (and skip the attribute call for the others' kernels).
 template <int KEY, typename Kernel>
-static int64_t resident_blocks_smem(Kernel kernel, int block, int smem) {
+static int64_t resident_blocks(Kernel kernel, int block, int smem = 0) {
   static std::mutex lock;
   static int64_t cache[64][4] = {};  // per device: (smem, blocks), two recent sizes
   int dev = 0;
@@ -142,12 +127,13 @@ static int64_t resident_blocks_smem(Kernel kernel, int block, int smem) {
   int64_t* c = cache[dev];
   for (int i = 0; i < 4; i += 2)
     if (c[i + 1] && c[i] == smem) return c[i + 1];
-  // More than a block may have: 0, and no failing call (its error would be the next
-  // cudaGetLastError's, that of the launch that follows).
+  // Over the limit: 0, and no failing call (its error would be the next cudaGetLastError's,
+  // that of the launch that follows).
   int sms = 0, per_sm = 0, limit = 0;
   (void)cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (smem > limit) return 0;
-  (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (smem > 0)
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   (void)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem);
   c[2] = c[0], c[3] = c[1], c[0] = smem, c[1] = int64_t(sms) * per_sm;

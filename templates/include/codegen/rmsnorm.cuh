@@ -119,8 +119,8 @@ struct Chunk {
 
 // Sum of s over the TPR threads of a row (threads [k TPR, (k+1) TPR) of the block), returned to
 // all of them. Every thread of the block must call it (it may synchronize the block); smem is
-// not guarded for reuse by the next call (rmsnorm_rows_staged alternates two). tid: threadIdx.x (read once by the kernel); smem:
-// blockDim.x / WAVE floats.
+// not guarded for reuse by the next call (rmsnorm_rows_staged alternates two). tid: threadIdx.x
+// (read once by the kernel); smem: blockDim.x / WAVE floats.
 template <int TPR, int WAVE>
 CG_DEVICE float row_sum(float s, int tid, float* smem) {
   constexpr int W = TPR < WAVE ? TPR : WAVE;
