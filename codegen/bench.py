@@ -181,8 +181,6 @@ def rmsnorm_quant_section(copy_gbs: float) -> list[dict]:
 def _cublas_blockwise(a, sa, b, sb):
     """torch._scaled_mm with 1x128 / 128x128 scales (cuBLAS), in the layout it expects
     (TARGETS.md); None when this torch / device / shape does not take it."""
-    m, k = a.shape
-    n = b.shape[0]
     kb, kr = sa.shape[1], -(-sa.shape[1] // 4) * 4
     scale_a = sa.t().contiguous().t()
     buf = torch.zeros(sb.shape[0], kr, device=a.device)
@@ -198,19 +196,15 @@ def _cublas_blockwise(a, sa, b, sb):
         return None
 
 
-GEMM_SHAPES = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384),
-               (4096, 7168), (7168, 2048)]
-
-
 def gemm_section(copy_gbs: float, quick: bool) -> list[dict]:
-    from .families.gemm import pick
+    from .families.gemm import TUNED_SHAPES, pick
     from .targets import device_arch
 
     arch = device_arch(torch.device("cuda"))
     dtype = ops.gemm.fp8_dtype_of(arch)
     ms = [1, 16, 64, 128, 1024, 4096, 8192] if not quick else [1, 16, 4096]
     results = []
-    for n, k in GEMM_SHAPES:
+    for n, k in TUNED_SHAPES:
         b = torch.randn(n, k, device="cuda").to(dtype)
         sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
         for m in ms:

@@ -20,8 +20,6 @@ from .families import gemm as fam
 from .spec import make_variant, validate
 from .targets import get_target, native_arch
 
-SHAPES = [(2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168),
-          (7168, 2048)]
 MS = [1, 8, 16, 64, 128, 1024, 4096, 8192]
 
 
@@ -65,7 +63,7 @@ def main(argv=None) -> int:
                       cands))
     print(f"compiled {len(cands)} candidates in {time.time() - t0:.1f} s", file=sys.stderr)
     entries = []
-    for n, k in SHAPES:
+    for n, k in fam.TUNED_SHAPES:
         b = torch.randn(n, k, device="cuda").to(dtype)
         sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
         for m in (MS if not args.quick else [1, 16, 64, 1024, 4096]):

@@ -22,6 +22,9 @@ FAMILY = "gemm_a8w8_blockscale"
 TABLE_DIR = Path(__file__).resolve().parent.parent / "tables"
 SCALE_BLOCK = 128
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+# (N, K) of the block-FP8 linear layers the table is tuned and benchmarked on (DeepSeek-V3's)
+TUNED_SHAPES = ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384),
+                (4096, 7168), (7168, 2048))
 
 # launcher(a, b, a_scales, b_scales, out, M, N, K, lda, ldb, as_stride_m, as_stride_k,
 #          bs_stride_n, bs_stride_k, stream)
