@@ -48,6 +48,8 @@ def plausible(cfg: dict, m: int) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer M values")
+    ap.add_argument("--ms", help="only these M values (comma-separated); the table's other "
+                    "entries are kept")
     ap.add_argument("--out", help="table path (default: the repo's table for this arch)")
     args = ap.parse_args(argv)
     from .ops.gemm import gemm_with_config
@@ -57,6 +59,8 @@ def main(argv=None) -> int:
     fp8 = target.fp8_formats[0]
     dtype = getattr(torch, fp8.torch_dtype)
     cands = candidates(arch)
+    ms = ([int(m) for m in args.ms.split(",")] if args.ms else
+          [1, 16, 64, 1024, 4096] if args.quick else MS)
     t0 = time.time()
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda c: module_path(make_variant(fam.FAMILY, arch, fp8=fp8.token, **c)),
@@ -66,7 +70,7 @@ def main(argv=None) -> int:
     for n, k in fam.TUNED_SHAPES:
         b = torch.randn(n, k, device="cuda").to(dtype)
         sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
-        for m in (MS if not args.quick else [1, 16, 64, 1024, 4096]):
+        for m in ms:
             a = torch.randn(m, k, device="cuda").to(dtype)
             sa = torch.rand(m, -(-k // 128), device="cuda") + 0.5
             timed = []
@@ -80,6 +84,12 @@ def main(argv=None) -> int:
             print(f"M={m} N={n} K={k}: {us:.1f} us {entries[-1]['tflops']} TFLOP/s {best}",
                   file=sys.stderr)
     path = args.out or fam.table_path(arch)
+    if args.ms and fam.table_path(arch).exists():   # keep what was not retuned
+        tuned = {(e["m"], e["n"], e["k"]) for e in entries}
+        old = json.loads(fam.table_path(arch).read_text())["entries"]
+        entries = [e for e in old if (e["m"], e["n"], e["k"]) not in tuned] + entries
+        entries.sort(key=lambda e: (fam.TUNED_SHAPES.index((e["n"], e["k"]))
+                                    if (e["n"], e["k"]) in fam.TUNED_SHAPES else 99, e["m"]))
     data = dict(arch=arch, device=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d"),
                 note="written by python -m codegen.tune; us / tflops: the winner's time",
                 entries=entries)

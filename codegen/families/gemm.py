@@ -48,10 +48,14 @@ def mma_frags(v: Variant, atom: Atom) -> tuple[int, int]:
     return rows // atom.rows, cols // atom.cols
 
 
-def mma_registers(v: Variant, atom: Atom, prefetch: bool) -> int:
-    """Estimated registers per lane: accumulators, one or two K blocks of fragments, 32 more."""
+def mma_registers(v: Variant, atom: Atom, prefetch: bool, scales: bool | None = None) -> int:
+    """Estimated registers per lane: accumulators, one or two K blocks of fragments (each with
+    its scales where they are prefetched too: the template's PREFETCH), 32 more."""
     fr, fc = mma_frags(v, atom)
     frags = 4 * (fr * len(atom.a_rows) + fc) * (128 // atom.pair_k)
+    if prefetch if scales is None else scales:
+        tokens = {col if swapped(v) else row for row, col in atom.c}   # distinct A scales
+        frags += (fc if swapped(v) else fr) * len(tokens) + 1
     return 2 * fr * fc * len(atom.c) + frags * (2 if prefetch else 1) + 32
 
 
@@ -110,7 +114,8 @@ def validate(v: Variant) -> str | None:
     if v["split_k"] * atom.wave > 1024:
         return f"split_k={v['split_k']} waves of {atom.wave} exceed 1024 threads"
     # nvcc hoists the next K block's loads even without PREFETCH: count them there
-    regs = mma_registers(v, atom, prefetch=t.vendor == "nvidia")
+    hoisted = t.vendor == "nvidia"
+    regs = mma_registers(v, atom, prefetch=hoisted, scales=hoisted and mma_prefetch(v, atom))
     if regs > register_budget(v):
         return f"about {regs} registers per lane, over the budget of {register_budget(v)}"
     if mma_reduce_bytes(v, atom) > t.lds_bytes:
