@@ -9,7 +9,7 @@ from ..spec import Variant
 DTYPES = {"bf16": (0, 2), "fp16": (1, 2), "fp32": (2, 4)}
 BLOCK = 256
 ITEMS = 1
-LOADS = 2        # 16-byte loads per lane and group (more: fewer lanes per group)
+LOADS = 2        # 16-byte loads per lane and group for large problems (small ones take 1)
 GRID_WAVES = 2   # grid cap in multiples of the resident blocks (0: one block per batch)
 
 # launcher(x, q, scales, num_groups, groups_per_row, x_row_stride_bytes, scale_col_stride,
@@ -40,9 +40,7 @@ def validate(v: Variant) -> str | None:
 def context(v: Variant) -> dict:
     kind, _ = DTYPES[v["dtype"]]
     n = vec(v["dtype"])
-    return dict(kind=kind, group_size=v["group_size"], vec=n, loads=loads(v),
-                tpg=v["group_size"] // (n * loads(v)),
-                block=BLOCK, items=ITEMS, ue8m0=str(v["ue8m0"]).lower(),
+    return dict(kind=kind, group_size=v["group_size"], vec=n, loads=loads(v), block=BLOCK, items=ITEMS, ue8m0=str(v["ue8m0"]).lower(),
                 col_scales=str(v["scale_layout"] != "row").lower(),
                 fp8_max=repr(float(v.fp8.max)), cvt_clamps=int(cvt_clamps(v)))
 
