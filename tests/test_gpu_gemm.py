@@ -86,18 +86,6 @@ def test_every_built_config(shape):
         check(out, a, sa, b, sb)
 
 
-@pytest.mark.parametrize("stages", [1, 2, 3, 4])
-@pytest.mark.parametrize("split_k", [1, 4])
-def test_mma_register_ring(stages, split_k):
-    """Every depth of the mma kernel's register ring, on K block counts that are not multiples
-    of depth x split_k (the ring's tail) and a K tail within the last block."""
-    for m, n, k in [(1, 576, 3888), (16, 200, 1424), (7, 130, 128)]:
-        a, sa, b, sb = make(m, n, k)
-        poisoned_alloc(m, n)
-        cfg = fam.config("mma", 8, 16, split_k=split_k, stages=stages)
-        check(ops.gemm.gemm_with_config(a, sa, b, sb, cfg), a, sa, b, sb)
-
-
 @pytest.mark.parametrize("layout", ["row", "col", "col_tma"])
 def test_end_to_end_rmsnorm_quant_gemm(layout):
     """rmsnorm_group_quant -> gemm, scales consumed as produced, vs a bf16 reference."""

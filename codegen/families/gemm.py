@@ -3,9 +3,8 @@
 Two kernels share one launcher signature:
 - "mma" (templates/gemm_a8w8_blockscale_mma.cu.j2), every FP8 target: one wave computes a
   block_m x block_n tile from fragments it loads itself (codegen/matrix.py names the matrix
-  instruction per target) into a ring of `stages` K blocks held in registers; split_k waves of
-  a block take interleaved 128-wide K blocks and are summed through LDS. It is the small-M
-  kernel everywhere, and the whole GEMM on AMD for now.
+  instruction per target); split_k waves of a block take interleaved 128-wide K blocks and are
+  summed through LDS. It is the small-M kernel everywhere, and the whole GEMM on AMD for now.
 - "wgmma" (gemm_a8w8_blockscale_wgmma.cu.j2), sm_90a: block_m / 64 warpgroups, a stages-deep
   cp.async pipeline into 128-byte-swizzled shared memory, wgmma m64 n{block_n} k32.
 """
@@ -22,7 +21,6 @@ from ..spec import Variant, make_variant
 FAMILY = "gemm_a8w8_blockscale"
 TABLE_DIR = Path(__file__).resolve().parent.parent / "tables"
 SCALE_BLOCK = 128
-MMA_MAX_STAGES = 4   # K blocks the mma kernel may hold in registers
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 # (N, K) of the block-FP8 linear layers the table is tuned and benchmarked on (DeepSeek-V3's)
 TUNED_SHAPES = ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384),
@@ -50,17 +48,20 @@ def mma_frags(v: Variant, atom: Atom) -> tuple[int, int]:
     return rows // atom.rows, cols // atom.cols
 
 
-def mma_registers(v: Variant, atom: Atom, depth: int) -> int:
-    """Estimated registers per lane: accumulators, `depth` K blocks of fragments (with more
-    than one, each with its scales), 32 more. nvcc hoists the next block's loads even at
-    depth 1: count two there."""
+def mma_registers(v: Variant, atom: Atom, prefetch: bool, scales: bool | None = None) -> int:
+    """Estimated registers per lane: accumulators, one or two K blocks of fragments (each with
+    its scales where they are prefetched too: the template's PREFETCH), 32 more."""
     fr, fc = mma_frags(v, atom)
     frags = 4 * (fr * len(atom.a_rows) + fc) * (128 // atom.pair_k)
-    if depth > 1:
+    if prefetch if scales is None else scales:
         tokens = {col if swapped(v) else row for row, col in atom.c}   # distinct A scales
         frags += (fc if swapped(v) else fr) * len(tokens) + 1
-    held = max(depth, 2) if v.target.vendor == "nvidia" else depth
-    return 2 * fr * fc * len(atom.c) + frags * held + 32
+    return 2 * fr * fc * len(atom.c) + frags * (2 if prefetch else 1) + 32
+
+
+def mma_prefetch(v: Variant, atom: Atom) -> bool:
+    """Hold the next K block's fragments too, where registers allow (more bytes in flight)."""
+    return mma_registers(v, atom, prefetch=True) <= register_budget(v) * 3 // 4
 
 
 def mma_reduce_bytes(v: Variant, atom: Atom) -> int:
@@ -104,15 +105,17 @@ def validate(v: Variant) -> str | None:
     atom = atom_for(t.arch)
     if atom is None:
         return f"no FP8 matrix instruction known for {t.arch}"
-    if v["stages"] > MMA_MAX_STAGES:
-        return f"kernel=mma holds at most {MMA_MAX_STAGES} K blocks in registers (stages)"
+    if v["stages"] != 1:
+        return "kernel=mma has no shared-memory pipeline (stages=1)"
     rows, cols = (bn, bm) if swapped(v) else (bm, bn)
     if rows % atom.rows or cols % atom.cols:
         return (f"tile {bm}x{bn} does not split into {atom.rows}x{atom.cols} instructions "
                 f"({'B' if swapped(v) else 'A'} rows on the instruction's M)")
     if v["split_k"] * atom.wave > 1024:
         return f"split_k={v['split_k']} waves of {atom.wave} exceed 1024 threads"
-    regs = mma_registers(v, atom, v["stages"])
+    # nvcc hoists the next K block's loads even without PREFETCH: count them there
+    hoisted = t.vendor == "nvidia"
+    regs = mma_registers(v, atom, prefetch=hoisted, scales=hoisted and mma_prefetch(v, atom))
     if regs > register_budget(v):
         return f"about {regs} registers per lane, over the budget of {register_budget(v)}"
     if mma_reduce_bytes(v, atom) > t.lds_bytes:
@@ -127,7 +130,7 @@ def context(v: Variant) -> dict:
     atom = atom_for(v.arch)
     fr, fc = mma_frags(v, atom)
     return dict(ctx, atom=atom, fr=fr, fc=fc, split_k=v["split_k"], swap=swapped(v),
-                depth=v["stages"])
+                prefetch=mma_prefetch(v, atom))
 
 
 # ---- configs and dispatch -----------------------------------------------------------------
@@ -141,14 +144,14 @@ def heuristic(arch: str, m: int) -> dict:
     """The config for a shape no table entry covers: by M only, valid for any N and K."""
     if arch == "sm_90a":
         if m <= 8:
-            return config("mma", 8, 32, split_k=8, stages=2)
+            return config("mma", 8, 32, split_k=8)
         if m <= 16:
-            return config("mma", 16, 32, split_k=8, stages=2)
+            return config("mma", 16, 32, split_k=8)
         if m <= 128:
             return config("wgmma", 64, 64, stages=6)
         return config("wgmma", 128, 128, stages=4)
     if m <= 16:
-        return config("mma", 16, 16, split_k=8, stages=2)
+        return config("mma", 16, 16, split_k=8)
     if arch.startswith("gfx12"):
         return config("mma", 32, 64)
     return config("mma", 64, 64)
