@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from . import reference
 from .bench import bench_us
 from .build import module_path
 from .families import gemm as fam
@@ -73,11 +74,17 @@ def main(argv=None) -> int:
         for m in ms:
             a = torch.randn(m, k, device="cuda").to(dtype)
             sa = torch.rand(m, -(-k // 128), device="cuda") + 0.5
+            ref = reference.gemm_a8w8_blockscale(a, sa, b, sb).float()
             timed = []
             for cfg in cands:
-                if plausible(cfg, m):
-                    us = bench_us(lambda: gemm_with_config(a, sa, b, sb, cfg), 5, 25)
-                    timed.append((us, cfg))
+                if not plausible(cfg, m):
+                    continue
+                out = gemm_with_config(a, sa, b, sb, cfg).float()
+                if not (out - ref).abs().mean() <= 1e-3 * ref.abs().mean():   # NaN fails too
+                    print(f"M={m} N={n} K={k}: {cfg} is wrong; left out", file=sys.stderr)
+                    continue
+                us = bench_us(lambda: gemm_with_config(a, sa, b, sb, cfg), 5, 25)
+                timed.append((us, cfg))
             us, best = min(timed, key=lambda t: t[0])
             entries.append(dict(m=fam.m_bucket(m), n=n, k=k, config=best, us=round(us, 2),
                                 tflops=round(2 * m * n * k / us / 1e6, 1)))
