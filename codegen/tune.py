@@ -91,12 +91,11 @@ def main(argv=None) -> int:
             print(f"M={m} N={n} K={k}: {us:.1f} us {entries[-1]['tflops']} TFLOP/s {best}",
                   file=sys.stderr)
     path = args.out or fam.table_path(arch)
-    if args.ms and fam.table_path(arch).exists():   # keep what was not retuned
-        tuned = {(e["m"], e["n"], e["k"]) for e in entries}
-        old = json.loads(fam.table_path(arch).read_text())["entries"]
-        entries = [e for e in old if (e["m"], e["n"], e["k"]) not in tuned] + entries
-        entries.sort(key=lambda e: (fam.TUNED_SHAPES.index((e["n"], e["k"]))
-                                    if (e["n"], e["k"]) in fam.TUNED_SHAPES else 99, e["m"]))
+    if args.ms and fam.table_path(arch).exists():   # keep what was not retuned, in its place
+        merged = {(e["m"], e["n"], e["k"]): e
+                  for e in json.loads(fam.table_path(arch).read_text())["entries"]}
+        merged.update(((e["m"], e["n"], e["k"]), e) for e in entries)
+        entries = list(merged.values())
     data = dict(arch=arch, device=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d"),
                 note="written by python -m codegen.tune; us / tflops: the winner's time",
                 entries=entries)

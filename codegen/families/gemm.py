@@ -48,12 +48,12 @@ def mma_frags(v: Variant, atom: Atom) -> tuple[int, int]:
     return rows // atom.rows, cols // atom.cols
 
 
-def mma_registers(v: Variant, atom: Atom, prefetch: bool, scales: bool | None = None) -> int:
-    """Estimated registers per lane: accumulators, one or two K blocks of fragments (each with
-    its scales where they are prefetched too: the template's PREFETCH), 32 more."""
+def mma_registers(v: Variant, atom: Atom, prefetch: bool, scales: bool) -> int:
+    """Estimated registers per lane: accumulators, one or two K blocks of fragments (with
+    scales: each with its scales, as the template's PREFETCH holds them), 32 more."""
     fr, fc = mma_frags(v, atom)
     frags = 4 * (fr * len(atom.a_rows) + fc) * (128 // atom.pair_k)
-    if prefetch if scales is None else scales:
+    if scales:
         tokens = {col if swapped(v) else row for row, col in atom.c}   # distinct A scales
         frags += (fc if swapped(v) else fr) * len(tokens) + 1
     return 2 * fr * fc * len(atom.c) + frags * (2 if prefetch else 1) + 32
@@ -61,7 +61,7 @@ def mma_registers(v: Variant, atom: Atom, prefetch: bool, scales: bool | None = 
 
 def mma_prefetch(v: Variant, atom: Atom) -> bool:
     """Hold the next K block's fragments too, where registers allow (more bytes in flight)."""
-    return mma_registers(v, atom, prefetch=True) <= register_budget(v) * 3 // 4
+    return mma_registers(v, atom, prefetch=True, scales=True) <= register_budget(v) * 3 // 4
 
 
 def mma_reduce_bytes(v: Variant, atom: Atom) -> int:

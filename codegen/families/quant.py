@@ -40,7 +40,8 @@ def validate(v: Variant) -> str | None:
 def context(v: Variant) -> dict:
     kind, _ = DTYPES[v["dtype"]]
     n = vec(v["dtype"])
-    return dict(kind=kind, group_size=v["group_size"], vec=n, loads=loads(v), block=BLOCK, items=ITEMS, ue8m0=str(v["ue8m0"]).lower(),
+    return dict(kind=kind, group_size=v["group_size"], vec=n, loads=loads(v), block=BLOCK,
+                items=ITEMS, ue8m0=str(v["ue8m0"]).lower(),
                 col_scales=str(v["scale_layout"] != "row").lower(),
                 fp8_max=repr(float(v.fp8.max)), cvt_clamps=int(cvt_clamps(v)))
 

@@ -14,9 +14,9 @@ like the unfused ones (the parity tests check both bit for bit).
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from functools import cache
 from typing import Callable
-from dataclasses import dataclass
 
 from ..spec import Variant
 
