@@ -51,6 +51,10 @@ def test_table_entries_are_used_and_valid():
     ("gfx942", dict(kernel="mma", block_m=8, block_n=16), "16x16"),
     ("gfx1201", dict(kernel="mma", block_m=64, block_n=64), "registers"),
     ("gfx942", dict(kernel="mma", block_m=16, block_n=16, stages=4), "stages=1"),
+    ("gfx942", dict(kernel="lds", block_m=16, block_n=64, stages=2), "multiples of 32"),
+    ("gfx942", dict(kernel="lds", block_m=64, block_n=64, stages=1), "stages=2"),
+    ("gfx1201", dict(kernel="lds", block_m=128, block_n=128, stages=2), "LDS exceed 65536"),
+    ("sm_90a", dict(kernel="lds", block_m=128, block_n=64, stages=2), "LDS exceed 49152"),
 ])
 def test_validation_rejects_before_compiling(arch, cfg, why):
     assert why in (validate(variant(arch, **cfg)) or "")
