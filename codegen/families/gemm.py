@@ -95,8 +95,9 @@ def lds_smem_bytes(v: Variant) -> int:
 
 
 def lds_pieces(v: Variant) -> int:
-    """lds kernel: 16-byte pieces each thread stages per K block."""
-    return -(-(v["block_m"] + v["block_n"]) * SCALE_BLOCK // 16 // block_threads(v))
+    """lds kernel: 16-byte pieces each thread stages per K block (A's and B's rows apart)."""
+    threads = block_threads(v)
+    return sum(-(-rows * SCALE_BLOCK // 16 // threads) for rows in (v["block_m"], v["block_n"]))
 
 
 def lds_registers(v: Variant, atom: Atom) -> int:
