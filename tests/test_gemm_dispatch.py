@@ -69,7 +69,9 @@ def test_no_fp8_no_gemm(arch):
 def test_tuner_candidates_validate():
     from codegen.tune import candidates
 
-    cands = candidates("sm_90a")
-    assert {c["kernel"] for c in cands} == {"mma", "wgmma"}
-    for c in cands:
-        assert validate(variant("sm_90a", **c)) is None, c
+    for arch, kernels in [("sm_90a", {"mma", "lds", "wgmma"}), ("gfx942", {"mma", "lds"}),
+                          ("gfx1201", {"mma", "lds"})]:
+        cands = candidates(arch)
+        assert {c["kernel"] for c in cands} == kernels, arch
+        for c in cands:
+            assert validate(variant(arch, **c)) is None, (arch, c)
