@@ -51,6 +51,10 @@ def test_table_entries_are_used_and_valid():
     ("gfx942", dict(kernel="mma", block_m=8, block_n=16), "16x16"),
     ("gfx1201", dict(kernel="mma", block_m=64, block_n=64), "registers"),
     ("gfx942", dict(kernel="mma", block_m=16, block_n=16, stages=4), "stages=1"),
+    ("gfx942", dict(kernel="lds", block_m=16, block_n=64, stages=2), "multiples of 32"),
+    ("gfx942", dict(kernel="lds", block_m=64, block_n=64, stages=1), "stages=2"),
+    ("gfx1201", dict(kernel="lds", block_m=128, block_n=128, stages=2), "LDS exceed 65536"),
+    ("sm_90a", dict(kernel="lds", block_m=128, block_n=64, stages=2), "LDS exceed 49152"),
 ])
 def test_validation_rejects_before_compiling(arch, cfg, why):
     assert why in (validate(variant(arch, **cfg)) or "")
@@ -65,7 +69,9 @@ def test_no_fp8_no_gemm(arch):
 def test_tuner_candidates_validate():
     from codegen.tune import candidates
 
-    cands = candidates("sm_90a")
-    assert {c["kernel"] for c in cands} == {"mma", "wgmma"}
-    for c in cands:
-        assert validate(variant("sm_90a", **c)) is None, c
+    for arch, kernels in [("sm_90a", {"mma", "lds", "wgmma"}), ("gfx942", {"mma", "lds"}),
+                          ("gfx1201", {"mma", "lds"})]:
+        cands = candidates(arch)
+        assert {c["kernel"] for c in cands} == kernels, arch
+        for c in cands:
+            assert validate(variant(arch, **c)) is None, (arch, c)

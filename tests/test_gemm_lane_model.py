@@ -161,6 +161,72 @@ def run_kernel_model(atom, bm, bn, split_k, A, As, B, Bs):
     return out
 
 
+def run_lds_kernel_model(atom, bm, bn, A, As, B, Bs):
+    """templates/gemm_a8w8_blockscale_lds.cu.j2, step by step: each K block of the block's A and
+    B rows is staged (rows clamped, bytes past k zero), then every wave feeds its instructions
+    from the stage."""
+    arch = next(a for a, name in TARGET_ATOM.items() if name == atom.name)
+    v = make_variant(fam.FAMILY, arch, fp8=get_target(arch).fp8_formats[0].token,
+                     **fam.config("lds", bm, bn, stages=2))
+    assert validate(v) is None, validate(v)
+    wm, wn = fam.lds_waves(v)
+    tm, tn = bm // wm, bn // wn
+    fr, fc = tm // atom.rows, tn // atom.cols
+    m, k = A.shape
+    n = B.shape[0]
+    out = np.full((m, n), np.nan)
+    kblocks = -(-k // 128)
+    ev = evaluate
+    tiles_m = -(-m // bm)
+    for block in range(tiles_m * -(-n // bn)):
+        m0, n0 = (block % tiles_m) * bm, (block // tiles_m) * bn
+        for wave in range(wm * wn):
+            wm0, wn0 = (wave % wm) * tm, (wave // wm) * tn
+            acc = np.zeros((atom.wave, fr, fc, len(atom.c)))
+            for kb in range(kblocks):
+                stage = np.zeros((bm + bn, 128))
+                for row in range(bm + bn):
+                    src = A[min(m0 + row, m - 1)] if row < bm else B[min(n0 + row - bm, n - 1)]
+                    for piece in range(8):
+                        start = kb * 128 + piece * 16
+                        if start < k:
+                            stage[row, piece * 16:piece * 16 + 16] = src[start:start + 16]
+                part = np.zeros_like(acc)
+                for p in range(128 // atom.pair_k):
+                    for f in range(fr):
+                        for g in range(fc):
+                            lo_a, hi_a, lo_b, hi_b = [], [], [], []
+                            for lane in range(atom.wave):
+                                kr = p * atom.pair_k + ev(atom.a_kgroup, lane) * 16
+                                kc = p * atom.pair_k + ev(atom.b_kgroup, lane) * 16
+                                rows = [stage[wm0 + f * atom.rows + ev(e, lane), kr:kr + 16]
+                                        for e in atom.a_rows]
+                                col = stage[bm + wn0 + g * atom.cols + ev(atom.b_col, lane),
+                                            kc:kc + 16]
+                                lo_a.append([r[:8] for r in rows])
+                                hi_a.append([r[8:] for r in rows])
+                                lo_b.append(col[:8])
+                                hi_b.append(col[8:])
+                            part[:, f, g] += instruction(atom, lo_a, lo_b)
+                            part[:, f, g] += instruction(atom, hi_a, hi_b)
+                sb = Bs[n0 // 128, kb]
+                for lane in range(atom.wave):
+                    for f in range(fr):
+                        for i, (cr, _) in enumerate(atom.c):
+                            sa = As[min(m0 + wm0 + f * atom.rows + ev(cr, lane), m - 1), kb]
+                            acc[lane, f, :, i] += part[lane, f, :, i] * (sa * sb)
+            for lane in range(atom.wave):
+                for f in range(fr):
+                    for g in range(fc):
+                        for i, (cr, cc) in enumerate(atom.c):
+                            row = m0 + wm0 + f * atom.rows + ev(cr, lane)
+                            col = n0 + wn0 + g * atom.cols + ev(cc, lane)
+                            if row < m and col < n:
+                                assert np.isnan(out[row, col]), f"({row}, {col}) stored twice"
+                                out[row, col] = acc[lane, f, g, i]
+    return out
+
+
 def reference(A, As, B, Bs):
     m, k = A.shape
     cols = np.arange(k) // 128
@@ -188,6 +254,23 @@ def test_lane_model_reproduces_block_scaled_gemm(name):
         got = run_kernel_model(atom, bm, bn, sk, A, As, B, Bs)
         assert not np.isnan(got).any(), f"{name} {bm}x{bn}: elements never stored"
         np.testing.assert_array_equal(got, want, err_msg=f"{name} {bm}x{bn} sk{sk}")
+
+
+@pytest.mark.parametrize("name", sorted(ATOMS))
+def test_lane_model_of_the_lds_kernel(name):
+    """The LDS-staged kernel: several waves per block, tails in M, N and K, two N blocks of
+    weight scales."""
+    atom = ATOMS[name]
+    rng = np.random.default_rng(1)
+    m, n, k = 37, 150, 272
+    A = rng.integers(-8, 9, (m, k)).astype(float)
+    B = rng.integers(-8, 9, (n, k)).astype(float)
+    As = 2.0 ** rng.integers(-3, 4, (m, -(-k // 128)))
+    Bs = 2.0 ** rng.integers(-3, 4, (-(-n // 128), -(-k // 128)))
+    want = reference(A, As, B, Bs)
+    got = run_lds_kernel_model(atom, 64, 64, A, As, B, Bs)
+    assert not np.isnan(got).any(), f"{name}: elements never stored"
+    np.testing.assert_array_equal(got, want, err_msg=name)
 
 
 @pytest.mark.parametrize("name", sorted(ATOMS))

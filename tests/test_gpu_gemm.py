@@ -4,6 +4,7 @@ import torch
 
 from codegen import ops, reference
 from codegen.families import gemm as fam
+from codegen.spec import make_variant, validate
 from codegen.targets import device_arch, get_target
 
 from .gpu_data import poison_, rows_with_spread
@@ -84,6 +85,27 @@ def test_every_built_config(shape):
         poisoned_alloc(m, n)
         out = ops.gemm.gemm_with_config(a, sa, b, sb, cfg)
         check(out, a, sa, b, sb)
+
+
+def lds_configs():
+    arch = device_arch(torch.device("cuda")) if torch.cuda.is_available() else "sm_90a"
+    target = get_target(arch)
+    cfgs = [fam.config("lds", bm, bn, stages=2) for bm in (32, 64, 128) for bn in (32, 64, 128)]
+    return [c for c in cfgs if validate(make_variant(fam.FAMILY, arch,
+                                                     fp8=target.fp8_formats[0].token, **c)) is None]
+
+
+def test_lds_kernel():
+    """The LDS-staged kernel (the large-M GEMM on AMD) in every valid tile of this GPU, on tails
+    in M, N and K and with more than one weight-scale block along N."""
+    cfgs = lds_configs()
+    assert cfgs, "no valid lds config on this GPU"
+    for m, n, k in [(1, 576, 3888), (83, 2112, 7168), (130, 200, 512), (257, 4096, 256),
+                    (33, 2050, 128)]:
+        a, sa, b, sb = make(m, n, k)
+        for cfg in cfgs:
+            poisoned_alloc(m, n)
+            check(ops.gemm.gemm_with_config(a, sa, b, sb, cfg), a, sa, b, sb)
 
 
 @pytest.mark.parametrize("layout", ["row", "col", "col_tma"])

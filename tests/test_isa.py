@@ -8,6 +8,8 @@ import pytest
 
 from codegen.build.aot import build
 from codegen.build.resources import amd_instructions
+from codegen.families import gemm as gemm_family
+from codegen.spec import make_variant
 from codegen.targets import get_target
 
 pytestmark = pytest.mark.isa
@@ -149,11 +151,8 @@ def test_gemm_isa(generated, arch):
         counts = amd_instructions(out / r["asm"], mnemonic, LOAD128[arch])
         # a K block takes fr * fc instructions per 8 bytes of K and lane (the loop body may be
         # unrolled, never thinned)
-        p = r["params"]
-        rows_, cols_ = ((p["block_n"], p["block_m"]) if p["block_n"] > p["block_m"]
-                        else (p["block_m"], p["block_n"]))
-        atom = atom_for(arch)
-        per_block = (rows_ // atom.rows) * (cols_ // atom.cols) * (128 // atom.k)
+        v = make_variant("gemm_a8w8_blockscale", arch, **r["params"])
+        per_block = gemm_family.wave_instructions_per_kblock(v, atom_for(arch))
         assert counts[mnemonic] >= per_block and counts[mnemonic] % per_block == 0, \
             (r["uri"], counts[mnemonic], per_block)
         assert counts[LOAD128[arch]] > 0, r["uri"]

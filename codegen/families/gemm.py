@@ -5,6 +5,9 @@ Two kernels share one launcher signature:
   block_m x block_n tile from fragments it loads itself (codegen/matrix.py names the matrix
   instruction per target); split_k waves of a block take interleaved 128-wide K blocks and are
   summed through LDS. It is the small-M kernel everywhere, and the whole GEMM on AMD for now.
+- "lds" (gemm_a8w8_blockscale_lds.cu.j2), every FP8 target: the large-M form of "mma". A
+  block of (block_m / 32) x (block_n / 32) waves, 32 x 32 each, stages each 128-wide K block of
+  its A and B rows in LDS (two buffers) and every wave reads its fragments from there.
 - "wgmma" (gemm_a8w8_blockscale_wgmma.cu.j2), sm_90a: block_m / 64 warpgroups, a stages-deep
   cp.async pipeline into 128-byte-swizzled shared memory, wgmma m64 n{block_n} k32.
 """
@@ -21,6 +24,10 @@ from ..spec import Variant, make_variant
 FAMILY = "gemm_a8w8_blockscale"
 TABLE_DIR = Path(__file__).resolve().parent.parent / "tables"
 SCALE_BLOCK = 128
+LDS_WAVE_TILE = 32   # lds kernel: M and N of one wave's tile
+LDS_PAD = 16         # lds kernel: bytes after each staged 128-byte row (LDS bank spread)
+LDS_MAX_PIECES = 8   # lds kernel: 16-byte pieces a thread may stage per K block
+NVIDIA_STATIC_SMEM = 48 * 1024   # static shared memory a CUDA kernel may declare
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 # (N, K) of the block-FP8 linear layers the table is tuned and benchmarked on (DeepSeek-V3's)
 TUNED_SHAPES = ((2112, 7168), (576, 7168), (24576, 1536), (32768, 512), (7168, 16384),
@@ -69,6 +76,39 @@ def mma_reduce_bytes(v: Variant, atom: Atom) -> int:
     return 0 if v["split_k"] == 1 else v["split_k"] * fr * fc * len(atom.c) * atom.wave * 4
 
 
+def lds_waves(v: Variant) -> tuple[int, int]:
+    """lds kernel: waves along M and N."""
+    return v["block_m"] // LDS_WAVE_TILE, v["block_n"] // LDS_WAVE_TILE
+
+
+def wave_instructions_per_kblock(v: Variant, atom: Atom) -> int:
+    """Matrix instructions one wave issues per 128-wide K block (mma and lds kernels)."""
+    if v["kernel"] == "lds":
+        rows = cols = LDS_WAVE_TILE
+    else:
+        rows, cols = (v["block_n"], v["block_m"]) if swapped(v) else (v["block_m"], v["block_n"])
+    return (rows // atom.rows) * (cols // atom.cols) * (SCALE_BLOCK // atom.k)
+
+
+def lds_smem_bytes(v: Variant) -> int:
+    return 2 * (v["block_m"] + v["block_n"]) * (SCALE_BLOCK + LDS_PAD)
+
+
+def lds_pieces(v: Variant) -> int:
+    """lds kernel: 16-byte pieces each thread stages per K block (A's and B's rows apart)."""
+    threads = block_threads(v)
+    return sum(-(-rows * SCALE_BLOCK // 16 // threads) for rows in (v["block_m"], v["block_n"]))
+
+
+def lds_registers(v: Variant, atom: Atom) -> int:
+    """Estimated registers per lane: accumulators and partial sums, a K block's fragments, the
+    staging loads in flight (4 each, 2 more for their addresses), the scales, 32 more."""
+    fr, fc = LDS_WAVE_TILE // atom.rows, LDS_WAVE_TILE // atom.cols
+    pieces = lds_pieces(v)
+    frags = 4 * (fr * len(atom.a_rows) + fc) * (SCALE_BLOCK // atom.pair_k)
+    return 2 * fr * fc * len(atom.c) + frags + 6 * pieces + fr * len(atom.c) + 1 + 32
+
+
 def wgmma_smem_bytes(v: Variant) -> int:
     return v["stages"] * (v["block_m"] + v["block_n"]) * SCALE_BLOCK + 1024  # + alignment
 
@@ -76,6 +116,9 @@ def wgmma_smem_bytes(v: Variant) -> int:
 def block_threads(v: Variant) -> int:
     if v["kernel"] == "wgmma":
         return 128 * (v["block_m"] // 64)
+    if v["kernel"] == "lds":
+        wm, wn = lds_waves(v)
+        return wm * wn * v.target.wave_size
     return v["split_k"] * v.target.wave_size
 
 
@@ -105,6 +148,8 @@ def validate(v: Variant) -> str | None:
     atom = atom_for(t.arch)
     if atom is None:
         return f"no FP8 matrix instruction known for {t.arch}"
+    if v["kernel"] == "lds":
+        return validate_lds(v, atom)
     if v["stages"] != 1:
         return "kernel=mma has no shared-memory pipeline (stages=1)"
     rows, cols = (bn, bm) if swapped(v) else (bm, bn)
@@ -123,11 +168,34 @@ def validate(v: Variant) -> str | None:
     return None
 
 
+def validate_lds(v: Variant, atom: Atom) -> str | None:
+    t, bm, bn = v.target, v["block_m"], v["block_n"]
+    if bm % LDS_WAVE_TILE or bn % LDS_WAVE_TILE:
+        return f"kernel=lds tiles are multiples of {LDS_WAVE_TILE} in M and N, not {bm}x{bn}"
+    if v["split_k"] != 1 or v["stages"] != 2:
+        return "kernel=lds takes split_k=1 and stages=2 (two LDS buffers)"
+    if block_threads(v) > 1024:
+        return f"{block_threads(v)} threads per block exceed 1024"
+    if lds_pieces(v) > LDS_MAX_PIECES:   # nvcc spilled at 10-12 with every other register taken
+        return (f"{lds_pieces(v)} staged 16-byte pieces per thread and K block (more than "
+                f"{LDS_MAX_PIECES}): too few waves for the tile")
+    limit = min(t.lds_bytes, NVIDIA_STATIC_SMEM) if t.vendor == "nvidia" else t.lds_bytes
+    if lds_smem_bytes(v) > limit:
+        return f"{lds_smem_bytes(v)} bytes of LDS exceed {limit}"
+    if lds_registers(v, atom) > register_budget(v):
+        return (f"about {lds_registers(v, atom)} registers per lane, over the budget of "
+                f"{register_budget(v)}")
+    return None
+
+
 def context(v: Variant) -> dict:
     ctx = dict(block_m=v["block_m"], block_n=v["block_n"], block=block_threads(v))
     if v["kernel"] == "wgmma":
         return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v))
     atom = atom_for(v.arch)
+    if v["kernel"] == "lds":
+        wm, wn = lds_waves(v)
+        return dict(ctx, atom=atom, wm=wm, wn=wn, pad=LDS_PAD)
     fr, fc = mma_frags(v, atom)
     return dict(ctx, atom=atom, fr=fr, fc=fc, split_k=v["split_k"], swap=swapped(v),
                 prefetch=mma_prefetch(v, atom))
@@ -152,9 +220,9 @@ def heuristic(arch: str, m: int) -> dict:
         return config("wgmma", 128, 128, stages=4)
     if m <= 16:
         return config("mma", 16, 16, split_k=8)
-    if arch.startswith("gfx12"):
-        return config("mma", 32, 64)
-    return config("mma", 64, 64)
+    # AMD, larger M: the LDS-staged kernel, 8 waves of 32 x 32 (its speed is not measured yet:
+    # no AMD GPU here; the tile is the largest whose two buffers fit 64 KiB of LDS)
+    return config("lds", 128, 64, stages=2)
 
 
 def default_configs(arch: str) -> list[dict]:
