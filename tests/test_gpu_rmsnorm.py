@@ -201,6 +201,17 @@ def test_many_rows_per_block(h):
     run_fused_quant(x, w, 128, "col_tma", False, True)
 
 
+def test_row_lengths_alternating():
+    """One kernel launched for a row length, a shorter one, then the first again: kernels that
+    stream rows through shared memory size it per call (and cache what the device allows)."""
+    for h in (16384, 12288, 16384, 7168, 4096, 7168):
+        x, w = data(9, h, torch.bfloat16), weight(h, torch.bfloat16)
+        assert_same(ops.rmsnorm(x, w, EPS), ops.rmsnorm(x.float(), w.float(), EPS).to(x.dtype),
+                    f"rmsnorm h={h}")
+        for with_residual in (False, True):
+            run_fused_quant(x, w, 128, "row", False, with_residual)
+
+
 # ---- rmsnorm_group_quant ----
 
 def run_fused_quant(x, w, g, layout, ue8m0, with_residual):

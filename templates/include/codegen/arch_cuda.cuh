@@ -113,7 +113,7 @@ CG_DEVICE void mma_m16n8k32_e4m3(float (&c)[4], const uint2 (&a)[2], uint2 b) {
 
 // Blocks of `kernel` (block threads, smem bytes of dynamic shared memory each) resident on the
 // current device at once, 0 if smem exceeds what a block may have; raises the kernel's dynamic
-// shared memory limit to smem first. Cached per (device, smem), one cache per KEY: each kernel
+// shared memory limit to at least smem first. Cached per (device, smem), one cache per KEY: each kernel
 // of a module needs its own KEY. `static`: with external linkage the static locals of an inline
 // function are unique across the process, so the first module loaded would answer for all
 // (and skip the attribute call for the others' kernels).
@@ -121,6 +121,7 @@ template <int KEY, typename Kernel>
 static int64_t resident_blocks(Kernel kernel, int block, int smem = 0) {
   static std::mutex lock;
   static int64_t cache[64][4] = {};  // per device: (smem, blocks), two recent sizes
+  static int raised[64] = {};         // per device: the kernel's dynamic shared memory limit
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
   std::lock_guard<std::mutex> guard(lock);
@@ -132,8 +133,11 @@ static int64_t resident_blocks(Kernel kernel, int block, int smem = 0) {
   int sms = 0, per_sm = 0, limit = 0;
   (void)cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   if (smem > limit) return 0;
-  if (smem > 0)
+  // Only ever raised: a launch with a cached smem must stay within it.
+  if (smem > raised[dev]) {
     (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    raised[dev] = smem;
+  }
   (void)cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   (void)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem);
   c[2] = c[0], c[3] = c[1], c[0] = smem, c[1] = int64_t(sms) * per_sm;

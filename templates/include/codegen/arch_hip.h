@@ -115,13 +115,14 @@ CG_DEVICE void wmma_f32_16x16x16_fp8(float (&c)[8], const uint2 (&a)[1], uint2 b
 
 // Blocks of `kernel` (block threads, smem bytes of dynamic LDS each) resident on the current
 // device at once, 0 if smem exceeds what a block may have; raises the kernel's dynamic LDS
-// limit to smem first. Cached per (device, smem), one cache per KEY: each kernel of a module
+// limit to at least smem first. Cached per (device, smem), one cache per KEY: each kernel of a module
 // needs its own KEY. `static`: with external linkage the static locals of an inline function
 // are unique across the process, so the first module loaded would answer for all.
 template <int KEY, typename Kernel>
 static int64_t resident_blocks(Kernel kernel, int block, int smem = 0) {
   static std::mutex lock;
   static int64_t cache[64][4] = {};  // per device: (smem, blocks), two recent sizes
+  static int raised[64] = {};         // per device: the kernel's dynamic shared memory limit
   int dev = 0;
   if (hipGetDevice(&dev) != hipSuccess || dev < 0 || dev >= 64) return 0;
   std::lock_guard<std::mutex> guard(lock);
@@ -133,9 +134,12 @@ static int64_t resident_blocks(Kernel kernel, int block, int smem = 0) {
   int cus = 0, per_cu = 0, limit = 0;
   (void)hipDeviceGetAttribute(&limit, hipDeviceAttributeSharedMemPerBlockOptin, dev);
   if (smem > limit) return 0;
-  if (smem > 0)
+  // Only ever raised: a launch with a cached smem must stay within it.
+  if (smem > raised[dev]) {
     (void)hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                               hipFuncAttributeMaxDynamicSharedMemorySize, smem);
+    raised[dev] = smem;
+  }
   (void)hipDeviceGetAttribute(&cus, hipDeviceAttributeMultiprocessorCount, dev);
   (void)hipOccupancyMaxActiveBlocksPerMultiprocessor(&per_cu, kernel, block, smem);
   c[2] = c[0], c[3] = c[1], c[0] = smem, c[1] = int64_t(cus) * per_cu;
