@@ -7,10 +7,11 @@ code, with each group of G values in G/8 consecutive lanes (8 values per lane).
 from __future__ import annotations
 
 import ctypes
+from typing import Callable
 
 from ..spec import Variant
 from .quant import cvt_clamps
-from .rmsnorm import CHUNK, DTYPES, tier_context
+from .rmsnorm import CHUNK, DTYPES, Tier, tier_context
 
 # launcher(x, residual, weight, q, scales, y, rows, h, x_row_stride_bytes,
 #          residual_row_stride_bytes, scale_row_stride, scale_col_stride, eps, stream)
@@ -31,13 +32,26 @@ def validate(v: Variant) -> str | None:
     return None
 
 
-def quant_context(v: Variant, table=None) -> dict:
+def quant_context(v: Variant, table=None, staged=lambda t: False) -> dict:
     kind, _ = DTYPES[v["dtype"]]
     g = v["group_size"]
     return dict(kind=kind, group_size=g, tpg=tpg(g), ue8m0=str(v["ue8m0"]).lower(),
                 fp8_max=repr(float(v.fp8.max)), cvt_clamps=int(cvt_clamps(v)),
-                **tier_context(v["dtype"], v.target.wave_size, tpg(g), table))
+                **tier_context(v["dtype"], v.target.wave_size, tpg(g), table, staged))
+
+
+def staging(target) -> tuple[int, Callable[[Tier], bool]]:
+    """(STAGES, which tiers use it) of rmsnorm_group_quant.cu.j2: rows streamed through shared
+    memory (rmsnorm_rows_staged), so that the next rows load during the quant arithmetic of this
+    one. Measured on the H200 (bf16, G=128): it pays for the wave-per-row tiers (16384 x 1536:
+    47 -> 40 us) and costs the 256-thread rows (4096 x 7168: 41 -> 44 us; 3 stages: 47 us),
+    whose quant arithmetic, not their loads, sets the time. AMD keeps the register path (as
+    rmsnorm: families/rmsnorm.py, staging)."""
+    if target.is_hip:
+        return 0, lambda t: False
+    return 2, lambda t: not t.two_pass and t.tpr == target.wave_size
 
 
 def context(v: Variant) -> dict:
-    return dict(quant_context(v), residual=str(v["residual"]).lower())
+    n, staged = staging(v.target)
+    return dict(quant_context(v, staged=staged), residual=str(v["residual"]).lower(), stages=n)
