@@ -66,7 +66,9 @@ def kernel(variant: Variant):
     with _lock:
         fn = _loaded.get(variant)
         if fn is None:
-            lib = ctypes.CDLL(str(module_path(variant)))
+            # PyDLL: the launchers only enqueue work, so the GIL stays held (as torch holds it
+            # around its own launches) instead of being released and taken back per call.
+            lib = ctypes.PyDLL(str(module_path(variant)))
             fn = getattr(lib, symbol(variant))
             fn.argtypes = get_family(variant.family).ARGTYPES
             fn.restype = ctypes.c_int

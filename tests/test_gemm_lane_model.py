@@ -89,6 +89,14 @@ def instruction(atom, a_ops, b_ops):
 
 # ---- the kernel's tile loop, as the template writes it -----------------------------------
 
+
+def issue_pair(atom, acc, lanes):
+    """The two instructions fed by one 16-byte load per operand row, low 8 bytes first, added
+    into acc in that order; lanes[lane] = (that lane's A rows, its B column), 16 values each."""
+    for half in (slice(0, 8), slice(8, 16)):
+        acc += instruction(atom, [[r[half] for r in rows] for rows, _ in lanes],
+                           [col[half] for _, col in lanes])
+
 def run_kernel_model(atom, bm, bn, split_k, A, As, B, Bs):
     arch = next(a for a, name in TARGET_ATOM.items() if name == atom.name)
     v = make_variant(fam.FAMILY, arch, fp8=get_target(arch).fp8_formats[0].token,
@@ -126,18 +134,14 @@ def run_kernel_model(atom, bm, bn, split_k, A, As, B, Bs):
 
                     for f in range(fr):
                         for g in range(fc):
-                            lo_a, hi_a, lo_b, hi_b = [], [], [], []
+                            lanes = []
                             for lane in range(atom.wave):
                                 rows = [load(rsrc, nr, r0 + f * atom.rows + ev(e, lane),
                                              ev(atom.a_kgroup, lane)) for e in atom.a_rows]
                                 col = load(csrc, nc, c0 + g * atom.cols + ev(atom.b_col, lane),
                                            ev(atom.b_kgroup, lane))
-                                lo_a.append([r[:8] for r in rows])
-                                hi_a.append([r[8:] for r in rows])
-                                lo_b.append(col[:8])
-                                hi_b.append(col[8:])
-                            part[:, f, g] += instruction(atom, lo_a, lo_b)
-                            part[:, f, g] += instruction(atom, hi_a, hi_b)
+                                lanes.append((rows, col))
+                            issue_pair(atom, part[:, f, g], lanes)
                 sb = Bs[bs_row, kb]
                 for lane in range(atom.wave):
                     for f in range(fr):
@@ -195,7 +199,7 @@ def run_lds_kernel_model(atom, bm, bn, A, As, B, Bs):
                 for p in range(128 // atom.pair_k):
                     for f in range(fr):
                         for g in range(fc):
-                            lo_a, hi_a, lo_b, hi_b = [], [], [], []
+                            lanes = []
                             for lane in range(atom.wave):
                                 kr = p * atom.pair_k + ev(atom.a_kgroup, lane) * 16
                                 kc = p * atom.pair_k + ev(atom.b_kgroup, lane) * 16
@@ -203,12 +207,8 @@ def run_lds_kernel_model(atom, bm, bn, A, As, B, Bs):
                                         for e in atom.a_rows]
                                 col = stage[bm + wn0 + g * atom.cols + ev(atom.b_col, lane),
                                             kc:kc + 16]
-                                lo_a.append([r[:8] for r in rows])
-                                hi_a.append([r[8:] for r in rows])
-                                lo_b.append(col[:8])
-                                hi_b.append(col[8:])
-                            part[:, f, g] += instruction(atom, lo_a, lo_b)
-                            part[:, f, g] += instruction(atom, hi_a, hi_b)
+                                lanes.append((rows, col))
+                            issue_pair(atom, part[:, f, g], lanes)
                 sb = Bs[n0 // 128, kb]
                 for lane in range(atom.wave):
                     for f in range(fr):

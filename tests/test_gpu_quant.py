@@ -23,7 +23,7 @@ def run_and_check(x, g, layout, ue8m0, fp8_max=None):
     # poison outputs through the allocator: allocate, poison, free, so the op reuses them
     t, h = x.shape
     junk = [poison_(torch.empty((t, h), dtype=torch.uint8, device="cuda")),
-            poison_(empty_scales(t, h // g, layout, "cuda"))]
+            poison_(empty_scales(t, h // g, layout, x))]
     del junk
     q, s = ops.per_token_group_quant_fp8(x, g, scale_layout=layout, ue8m0=ue8m0,
                                          fp8_max=fp8_max)

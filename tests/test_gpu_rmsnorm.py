@@ -220,12 +220,12 @@ def run_fused_quant(x, w, g, layout, ue8m0, with_residual):
     t, h = x.shape
     residual = data(t, h, x.dtype) if with_residual else None
     r0 = residual.clone() if with_residual else None
-    poison_pool(t * h, empty_scales(t, h // g, layout, "cuda").untyped_storage().nbytes(),
+    poison_pool(t * h, empty_scales(t, h // g, layout, x).untyped_storage().nbytes(),
                 t * h * x.element_size())
     q, s, y = ops.rmsnorm_group_quant(x, w, EPS, g, residual=residual, scale_layout=layout,
                                       ue8m0=ue8m0, also_return_unquantized=True)
     assert q.shape == (t, h) and q.dtype == fp8_dtype and s.shape == (t, h // g)
-    assert s.stride() == empty_scales(t, h // g, layout, "cuda").stride()
+    assert s.stride() == empty_scales(t, h // g, layout, x).stride()
     r = reference.residual_add(x, r0) if with_residual else x
     if with_residual:
         assert_same(residual, r, "residual written in place")
@@ -288,7 +288,7 @@ def test_dual_matches_separate_ops(dtype, g, layout, ue8m0):
     q = data(t, 1536, dt)
     kv = data(t, 576, dt)[:, :512]
     qw, kvw = weight(1536, dt), weight(512, dt)
-    poison_pool(t * 1536, empty_scales(t, 1536 // g, layout, "cuda").untyped_storage().nbytes(),
+    poison_pool(t * 1536, empty_scales(t, 1536 // g, layout, q).untyped_storage().nbytes(),
                 t * 512 * q.element_size())
     q8, qs, kvn = ops.dual_rmsnorm_group_quant(q, qw, kv, kvw, EPS, g, scale_layout=layout,
                                                ue8m0=ue8m0)

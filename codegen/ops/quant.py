@@ -17,12 +17,12 @@ def scale_col_stride(t: int, layout: str) -> int:
     return t if layout == "col" else (t + 3) // 4 * 4
 
 
-def empty_scales(t: int, groups: int, layout: str, device) -> torch.Tensor:
-    """fp32 [T, groups] scales with the layout's real strides."""
+def empty_scales(t: int, groups: int, layout: str, like: torch.Tensor) -> torch.Tensor:
+    """fp32 [T, groups] scales with the layout's real strides, on like's device."""
     if layout == "row":
-        return torch.empty((t, groups), dtype=torch.float32, device=device)
+        return like.new_empty((t, groups), dtype=torch.float32)
     stride = scale_col_stride(t, layout)
-    return torch.empty((groups, stride), dtype=torch.float32, device=device)[:, :t].t()
+    return like.new_empty((groups, stride), dtype=torch.float32)[:, :t].t()
 
 
 LIB.define("per_token_group_quant_fp8(Tensor x, int group_size, str scale_layout, bool ue8m0, "
@@ -33,22 +33,26 @@ LIB.define("per_token_group_quant_fp8(Tensor x, int group_size, str scale_layout
 def _fake(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
     t, h = x.shape
     q = x.new_empty((t, h), dtype=fp8_dtype)
-    return q, empty_scales(t, h // group_size, scale_layout, x.device)
+    return q, empty_scales(t, h // group_size, scale_layout, x)
 
 
-def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
+def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype, kernel=None):
     t, h = x.shape
-    q = torch.empty((t, h), dtype=fp8_dtype, device=x.device)
-    s = empty_scales(t, h // group_size, scale_layout, x.device)
+    q = x.new_empty((t, h), dtype=fp8_dtype)
+    s = empty_scales(t, h // group_size, scale_layout, x)
     if t == 0 or h == 0:
         return q, s
-    fn, uri = launcher("group_quant_fp8", x, dtype=DTYPE_NAMES[x.dtype], group_size=group_size,
-                       scale_layout=scale_layout, ue8m0=ue8m0, fp8_max=fp8_max)
+    fn, uri = kernel or _kernel(x, group_size, scale_layout, ue8m0, fp8_max)
     rc = fn(x.data_ptr(), q.data_ptr(), s.data_ptr(), t * (h // group_size), h // group_size,
             x.stride(0) * x.element_size(), scale_col_stride(t, scale_layout),
             fam.GRID_WAVES, stream(x))
     check_rc(rc, uri)
     return q, s
+
+
+def _kernel(x, group_size, scale_layout, ue8m0, fp8_max):
+    return launcher("group_quant_fp8", x, dtype=DTYPE_NAMES[x.dtype], group_size=group_size,
+                    scale_layout=scale_layout, ue8m0=ue8m0, fp8_max=fp8_max)
 
 
 LIB.impl("per_token_group_quant_fp8", _impl, "CUDA")
@@ -90,7 +94,7 @@ def check_group(h: int, group_size: int, scale_layout: str) -> None:
         raise ValueError(f"scale_layout: {scale_layout!r}; expected one of {SCALE_LAYOUTS}")
 
 
-_plans: dict[tuple, tuple[torch.dtype, float]] = {}
+_plans: dict[tuple, tuple] = {}
 
 
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
@@ -112,9 +116,12 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
             x.stride(1) != 1 and x.shape[1] > 1):
         check_tensor("x", x, ndim=2)
         check_group(x.shape[1], group_size, scale_layout)
-        plan = _plans[key] = resolve_fp8(x, fp8_dtype, fp8_max)
-    dtype, fmax = plan
+        plan = _plans[key] = (*resolve_fp8(x, fp8_dtype, fp8_max), None)
+    dtype, fmax, kern = plan
     if torch.compiler.is_compiling():
         return torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout,
                                                            bool(ue8m0), fmax, dtype)
-    return _impl(x, group_size, scale_layout, bool(ue8m0), fmax, dtype)   # eager: skip dispatch
+    if kern is None:   # first eager call of this plan: the kernel, built or loaded (JIT)
+        kern = _kernel(x, group_size, scale_layout, bool(ue8m0), fmax)
+        _plans[key] = (dtype, fmax, kern)
+    return _impl(x, group_size, scale_layout, bool(ue8m0), fmax, dtype, kern)  # eager: no dispatch

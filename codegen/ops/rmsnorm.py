@@ -231,8 +231,8 @@ LIB.define("rmsnorm_group_quant(Tensor x, Tensor weight, Tensor(a!)? residual, f
 
 def _quant_outputs(x, group_size, scale_layout, fp8_dtype):
     t, h = x.shape
-    q = torch.empty((t, h), dtype=fp8_dtype, device=x.device)
-    return q, empty_scales(t, h // group_size, scale_layout, x.device)
+    q = x.new_empty((t, h), dtype=fp8_dtype)
+    return q, empty_scales(t, h // group_size, scale_layout, x)
 
 
 @torch.library.register_fake("codegen::rmsnorm_group_quant")
@@ -240,7 +240,7 @@ def _rgq_fake(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_re
               fp8_max, fp8_dtype):
     t, h = x.shape
     q = x.new_empty((t, h), dtype=fp8_dtype)
-    s = empty_scales(t, h // group_size, scale_layout, x.device)
+    s = empty_scales(t, h // group_size, scale_layout, x)
     y = x.new_empty((t if also_return_unquantized else 0, h))
     return q, s, y
 
@@ -320,7 +320,7 @@ def _dual_fake(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0,
                fp8_dtype):
     t, h = q.shape
     return (q.new_empty((t, h), dtype=fp8_dtype),
-            empty_scales(t, h // group_size, scale_layout, q.device), kv.new_empty(kv.shape))
+            empty_scales(t, h // group_size, scale_layout, q), kv.new_empty(kv.shape))
 
 
 def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0, fp8_max,
