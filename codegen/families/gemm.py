@@ -1,6 +1,6 @@
 """FP8 block-scale GEMM: tile configs, their validation, and the per-target dispatch tables.
 
-Two kernels share one launcher signature:
+Three kernels share one launcher signature:
 - "mma" (templates/gemm_a8w8_blockscale_mma.cu.j2), every FP8 target: one wave computes a
   block_m x block_n tile from fragments it loads itself (codegen/matrix.py names the matrix
   instruction per target); split_k waves of a block take interleaved 128-wide K blocks and are

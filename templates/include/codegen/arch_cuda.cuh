@@ -113,10 +113,10 @@ CG_DEVICE void mma_m16n8k32_e4m3(float (&c)[4], const uint2 (&a)[2], uint2 b) {
 
 // Blocks of `kernel` (block threads, smem bytes of dynamic shared memory each) resident on the
 // current device at once, 0 if smem exceeds what a block may have; raises the kernel's dynamic
-// shared memory limit to at least smem first. Cached per (device, smem), one cache per KEY: each kernel
-// of a module needs its own KEY. `static`: with external linkage the static locals of an inline
-// function are unique across the process, so the first module loaded would answer for all
-// (and skip the attribute call for the others' kernels).
+// shared memory limit to at least smem first. Cached per (device, smem), one cache per KEY:
+// each kernel of a module needs its own KEY. `static`: with external linkage the static locals
+// of an inline function are unique across the process, so the first module loaded would answer
+// for all (and skip the attribute call for the others' kernels).
 template <int KEY, typename Kernel>
 static int64_t resident_blocks(Kernel kernel, int block, int smem = 0) {
   static std::mutex lock;

@@ -115,9 +115,9 @@ CG_DEVICE void wmma_f32_16x16x16_fp8(float (&c)[8], const uint2 (&a)[1], uint2 b
 
 // Blocks of `kernel` (block threads, smem bytes of dynamic LDS each) resident on the current
 // device at once, 0 if smem exceeds what a block may have; raises the kernel's dynamic LDS
-// limit to at least smem first. Cached per (device, smem), one cache per KEY: each kernel of a module
-// needs its own KEY. `static`: with external linkage the static locals of an inline function
-// are unique across the process, so the first module loaded would answer for all.
+// limit to at least smem first. Cached per (device, smem), one cache per KEY: each kernel of a
+// module needs its own KEY. `static`: with external linkage the static locals of an inline
+// function are unique across the process, so the first module loaded would answer for all.
 template <int KEY, typename Kernel>
 static int64_t resident_blocks(Kernel kernel, int block, int smem = 0) {
   static std::mutex lock;
