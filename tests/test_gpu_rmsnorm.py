@@ -184,15 +184,25 @@ def test_large_t():
     check_ulps("rmsnorm_large", y, reference.rmsnorm(x, w, EPS))
 
 
-@pytest.mark.parametrize("h", [128, 1536, 8192])
-def test_many_rows_per_block(h):
-    """More rows than resident blocks hold at once, so that the kernels that loop over rows
-    (a shared-memory pipeline on some targets) wrap around their buffers many times."""
-    t = 40000
+# More row groups than blocks fit on the device at once: only then do the launchers stream rows
+# through shared memory (where the target does: on the H200, rmsnorm with 1024-thread rows,
+# here 16384, and rmsnorm_group_quant with rows of up to 64 threads, here 128 and 1536), and the
+# buffers wrap around many times.
+@pytest.mark.parametrize("t,h", [(40000, 128), (40000, 1536), (16384, 4096), (4096, 7168),
+                                 (2048, 16384)])
+def test_many_rows_per_block(t, h):
     x, w = data(t, h, torch.bfloat16), weight(h, torch.bfloat16)
     y = ops.rmsnorm(x, w, EPS)
     check_ulps("rmsnorm_many_rows", y, reference.rmsnorm(x, w, EPS))
     assert_same(y, ops.rmsnorm(x.float(), w.float(), EPS).to(x.dtype), "bf16 vs fp32 rows")
+    residual = data(t, h, torch.bfloat16)
+    r0 = residual.clone()
+    y2 = ops.fused_add_rmsnorm(x, residual, w, EPS)
+    rr = reference.residual_add(x, r0)
+    assert_same(residual, rr, "residual written in place")
+    assert_same(y2, ops.rmsnorm(rr, w, EPS), "fused_add_rmsnorm vs add then rmsnorm")
+    for with_residual in (False, True):
+        run_fused_quant(x, w, 128, "row", False, with_residual)
     res = data(t, h, torch.bfloat16)
     r0 = res.clone()
     y2 = ops.fused_add_rmsnorm(x, res, w, EPS)
@@ -205,7 +215,8 @@ def test_row_lengths_alternating():
     """One kernel launched for a row length, a shorter one, then the first again: kernels that
     stream rows through shared memory size it per call (and cache what the device allows)."""
     for h in (16384, 12288, 16384, 7168, 4096, 7168):
-        x, w = data(9, h, torch.bfloat16), weight(h, torch.bfloat16)
+        # 1024 rows: more blocks than fit at once, else the register kernels take them
+        x, w = data(1024, h, torch.bfloat16), weight(h, torch.bfloat16)
         assert_same(ops.rmsnorm(x, w, EPS), ops.rmsnorm(x.float(), w.float(), EPS).to(x.dtype),
                     f"rmsnorm h={h}")
         for with_residual in (False, True):

@@ -46,9 +46,12 @@ def tiers(dtype: str, wave: int) -> tuple[Tier, ...]:
 
     - 16 threads per row, 16 rows per 256-thread block: H <= 256 (e.g. per-head q/k norms);
     - a wave per row, 4 chunks per lane: H <= 2048 (wave64) / 1024 (wave32);
-    - wave32 only: a wave per row, 8 chunks per lane: H <= 2048, e.g. H = 1536, which the
-      256-thread tier would spread over one chunk per thread and a block barrier (wave64 holds
-      2048 with 4 chunks per lane already);
+    - wave32: 64 threads (two waves) per row, 4 chunks each: H <= 2048, e.g. H = 1536. A wave
+      holding 8 chunks per lane (the tier before) works through 6 of them one after the other:
+      H200, bf16, H = 1536, kernel time at T = 1 / 16 / 256 went from 2.21 / 2.46 / 2.82 to
+      1.81 / 2.02 / 2.40 us (rmsnorm) and 4.16 / 4.85 / 5.60 to 2.46 / 3.26 / 3.74 us
+      (rmsnorm_group_quant), and no slower at T = 16384. 256 threads would hold one chunk each
+      behind a block barrier;
     - 256 threads per row, 2 chunks each: H <= 4096. The 4-chunk kernel of the next tier would
       take these rows at the same sum order, but its registers cost occupancy, and so loads in
       flight (H200, bf16, 2 chunks against 4: rmsnorm 16384 x 4096 79 -> 72 us, 16384 x 3072
@@ -60,7 +63,7 @@ def tiers(dtype: str, wave: int) -> tuple[Tier, ...]:
     - the same 1024 threads per row, reading the row twice: any longer row.
     """
     big = 2 if DTYPES[dtype][1] == 2 else 1
-    table = [Tier(16, 2, 256), Tier(wave, 4, 256), *([Tier(wave, 8, 256)] if wave == 32 else []),
+    table = [Tier(16, 2, 256), Tier(wave, 4, 256), Tier(64, 4, 256),
              Tier(256, 2, 256), Tier(256, 4, 256),
              Tier(MAX_BLOCK, big, MAX_BLOCK)]
     out: list[Tier] = []
@@ -74,15 +77,16 @@ def tiers(dtype: str, wave: int) -> tuple[Tier, ...]:
 def staging(target, residual: bool) -> tuple[int, Callable[[Tier], bool]]:
     """(STAGES, which one-pass tiers use it) of rmsnorm.cu.j2: rows streamed through shared
     memory by rmsnorm_rows_staged (rmsnorm.cuh), STAGES - 1 of them in flight while one is
-    normalized. On sm_90a (cp.async), measured on the H200: fused_add_rmsnorm gains at every
-    size (16384 x 1536: 98 -> 59 us), plain rmsnorm only with 1024-thread rows (4096 x 16384:
-    106 -> 80 us) and loses a little elsewhere. AMD keeps the register path: a copy into LDS
-    there is a plain load and store (gfx942 has no 16-byte asynchronous global -> LDS copy),
+    normalized; the launcher takes it only for grids larger than fit on the device at once (a
+    block with one row group has nothing to overlap). On sm_90a (cp.async), measured on the
+    H200: plain rmsnorm gains with 1024-thread rows (4096 x 16384: 106 -> 80 us) and loses a
+    little elsewhere. fused_add_rmsnorm gains nowhere since its register kernel issues all of a
+    thread's loads before its first residual store (16384 x 1536: 57 against 55 us, 16384 x 4096:
+    145 against 139, 16384 x 16384: 555 against 528). AMD keeps the register path: a copy into
+    LDS there is a plain load and store (gfx942 has no 16-byte asynchronous global -> LDS copy),
     and its speed cannot be measured here."""
-    if target.is_hip:
+    if target.is_hip or residual:
         return 0, lambda t: False
-    if residual:
-        return 2, lambda t: not t.two_pass
     return 3, lambda t: not t.two_pass and t.tpr == MAX_BLOCK
 
 

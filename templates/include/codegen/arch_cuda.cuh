@@ -79,6 +79,15 @@ CG_DEVICE uint4 load_stream16(const void* p) {
   return v;
 }
 
+// 16-byte load of data no thread of the kernel writes (ld.global.nc, cached in L1). Unlike a plain
+// load, the compiler may issue it ahead of earlier stores: it cannot alias them.
+CG_DEVICE uint4 load_ro16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
 // Asynchronous 16-byte copy global -> shared (cp.async, not through registers nor L1). Copies
 // issued between two copy_commit() form a group; copy_wait<N>() returns once all but the N most
 // recent groups have landed, visible to the issuing thread (other threads need a barrier).

@@ -72,6 +72,7 @@ CG_DEVICE void copy_wait() {}
 CG_DEVICE bool wave_any(bool p) { return __builtin_amdgcn_ballot_w64(p) != 0; }
 
 CG_DEVICE uint4 load_stream16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
+CG_DEVICE uint4 load_ro16(const void* p) { return *reinterpret_cast<const uint4*>(p); }
 
 #if defined(CG_FP8_MAX)
 // Four floats to four fp8 bytes (a in the lowest byte) with v_cvt_pk_fp8_f32: e4m3fnuz on

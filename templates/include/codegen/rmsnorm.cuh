@@ -18,6 +18,11 @@ namespace cg {
 
 constexpr int kChunk = 8;  // elements per chunk, every dtype
 
+// How a chunk is read: kCoherent, data this kernel also writes (the residual); kReadOnly, data
+// no thread writes (the weight), which the compiler may load ahead of earlier stores; kStream,
+// read-only and read once (x), kept out of L1.
+enum class Src { kCoherent, kReadOnly, kStream };
+
 // One rounding, spelled out so that no compiler contracts a*b+c differently in two kernels.
 CG_DEVICE float fma_rn(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 
@@ -61,8 +66,8 @@ struct Chunk {
 
   // Elements [first, first + 8) of `row`, of which n exist (n <= 0: none); missing ones read 0.
   // VECTOR: 16-byte loads (the row start and H * BYTES are multiples of 16, so a piece is all
-  // there or all missing); else one load per element. STREAM: read-once data, kept out of L1.
-  template <bool VECTOR, bool STREAM>
+  // there or all missing); else one load per element.
+  template <bool VECTOR, Src SRC>
   CG_DEVICE void load(const uint8_t* row, int first, int n) {
     if constexpr (VECTOR) {
 #pragma unroll
@@ -70,7 +75,9 @@ struct Chunk {
         uint4 v = make_uint4(0, 0, 0, 0);
         if (p * PER_PIECE < n) {
           const uint8_t* src = row + (first + p * PER_PIECE) * BYTES;
-          v = STREAM ? load_stream16(src) : *reinterpret_cast<const uint4*>(src);
+          v = SRC == Src::kStream     ? load_stream16(src)
+              : SRC == Src::kReadOnly ? load_ro16(src)
+                                      : *reinterpret_cast<const uint4*>(src);
         }
         w[4 * p] = v.x, w[4 * p + 1] = v.y, w[4 * p + 2] = v.z, w[4 * p + 3] = v.w;
       }
@@ -139,15 +146,14 @@ CG_DEVICE float row_sum(float s, int tid, float* smem) {
   return s;
 }
 
-// Chunk j of a row into c: x's, or with RESIDUAL dtype(x + residual), which is also written to
-// res_dst. n: elements of the chunk that exist (0 when !ok). STREAM: x is read once.
-template <int KIND, bool VECTOR, bool STREAM, bool RESIDUAL>
-CG_DEVICE void read_chunk(Chunk<KIND>& c, const uint8_t* x, const uint8_t* res_src,
-                          uint8_t* res_dst, int j, int n, bool ok) {
-  c.template load<VECTOR, STREAM>(x, j * kChunk, n);
+// With RESIDUAL, chunk j of a row becomes c = dtype(x + a) (c holds x's chunk, a the residual's),
+// which is also written to res_dst. n: elements of the chunk that exist (0 when !ok). The
+// callers load every chunk of a thread before the first of these stores: a load after a store
+// that may alias it waits for it in program order, one memory round trip per chunk.
+template <int KIND, bool VECTOR, bool RESIDUAL>
+CG_DEVICE void add_residual(Chunk<KIND>& c, const Chunk<KIND>& a, uint8_t* res_dst, int j, int n,
+                            bool ok) {
   if constexpr (RESIDUAL) {
-    Chunk<KIND> a;
-    a.template load<VECTOR, false>(res_src, j * kChunk, n);
     float s[kChunk];
 #pragma unroll
     for (int e = 0; e < kChunk; ++e) s[e] = c.get(e) + a.get(e);
@@ -197,17 +203,22 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
   auto count = [&](int j, bool ok) { return ok ? h - j * kChunk : 0; };
   float ss = 0.0f;
   if constexpr (!TWO_PASS) {
-    C c[ITEMS], wc[ITEMS];
+    C c[ITEMS], wc[ITEMS], a[RESIDUAL ? ITEMS : 1];
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int j = r + i * TPR;
+      const int n = count(j, row_ok && j < nchunk);
+      c[i].template load<VECTOR, Src::kStream>(x, j * kChunk, n);
+      if constexpr (RESIDUAL) a[i].template load<VECTOR, Src::kCoherent>(res, j * kChunk, n);
+      wc[i].template load<VECTOR, Src::kReadOnly>(w, j * kChunk, n);
+    }
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int j = r + i * TPR;
       const bool ok = row_ok && j < nchunk;
-      const int n = count(j, ok);  // once: two evaluations cost gfx90a SGPRs (and spills)
-      read_chunk<KIND, VECTOR, true, RESIDUAL>(c[i], x, res, res, j, n, ok);
-      wc[i].template load<VECTOR, false>(w, j * kChunk, n);
+      add_residual<KIND, VECTOR, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res, j, count(j, ok), ok);
+      sum_squares(ss, c[i]);
     }
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) sum_squares(ss, c[i]);
     const float rstd = rms_scale(row_sum<TPR, WAVE>(ss, tid, smem), h, eps);
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
@@ -216,15 +227,21 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
     }
   } else {
     for (int base = 0; base < nchunk; base += TPR * ITEMS) {
-      C c[ITEMS];
+      C c[ITEMS], a[RESIDUAL ? ITEMS : 1];
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        const int j = base + r + i * TPR;
+        const int n = count(j, row_ok && j < nchunk);
+        c[i].template load<VECTOR, Src::kStream>(x, j * kChunk, n);
+        if constexpr (RESIDUAL) a[i].template load<VECTOR, Src::kCoherent>(res, j * kChunk, n);
+      }
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
         const int j = base + r + i * TPR;
         const bool ok = row_ok && j < nchunk;
-        read_chunk<KIND, VECTOR, true, RESIDUAL>(c[i], x, res, res, j, count(j, ok), ok);
+        add_residual<KIND, VECTOR, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res, j, count(j, ok), ok);
+        sum_squares(ss, c[i]);
       }
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i) sum_squares(ss, c[i]);
     }
     const float rstd = rms_scale(row_sum<TPR, WAVE>(ss, tid, smem), h, eps);
     // The second read sees what this same thread wrote to the residual in the first pass.
@@ -235,8 +252,12 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
       for (int i = 0; i < ITEMS; ++i) {
         const int j = base + r + i * TPR;
         const int n = count(j, row_ok && j < nchunk);
-        c[i].template load<VECTOR, !RESIDUAL>(src, j * kChunk, n);
-        wc[i].template load<VECTOR, false>(w, j * kChunk, n);
+        if constexpr (RESIDUAL) {
+          c[i].template load<VECTOR, Src::kCoherent>(src, j * kChunk, n);
+        } else {
+          c[i].template load<VECTOR, Src::kStream>(src, j * kChunk, n);
+        }
+        wc[i].template load<VECTOR, Src::kReadOnly>(w, j * kChunk, n);
       }
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
@@ -305,17 +326,22 @@ CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* 
     copy_wait<STAGES - 2>();
     const uint8_t* src = slot(k);
     uint8_t* res_row = RESIDUAL ? res + (row_ok ? t : 0) * res_stride : nullptr;
-    C c[ITEMS];
+    C c[ITEMS], a[RESIDUAL ? ITEMS : 1];
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int j = r + i * TPR;
-      const bool ok = row_ok && j < nchunk;
-      read_chunk<KIND, true, false, RESIDUAL>(c[i], src, src + row_bytes, res_row, j,
-                                             ok ? kChunk : 0, ok);
+      const int n = row_ok && j < nchunk ? kChunk : 0;
+      c[i].template load<true, Src::kCoherent>(src, j * kChunk, n);
+      if constexpr (RESIDUAL) a[i].template load<true, Src::kCoherent>(src + row_bytes, j * kChunk, n);
     }
 #pragma unroll
-    for (int i = 0; i < ITEMS; ++i) sum_squares(ss, c[i]);
+    for (int i = 0; i < ITEMS; ++i) {
+      const int j = r + i * TPR;
+      const bool ok = row_ok && j < nchunk;
+      add_residual<KIND, true, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res_row, j, ok ? kChunk : 0, ok);
+      sum_squares(ss, c[i]);
+    }
     // The slot of row k - 1 is refilled only now: this thread's reads of it are complete.
     fetch(k + STAGES - 1);
     // Two sets of partial sums, alternating: a row's barrier orders the reads of the set used
@@ -328,7 +354,7 @@ CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* 
       const int j = r + i * TPR;
       const bool ok = row_ok && j < nchunk;
       C wc;  // from L1 / L2: held across rows it would cost occupancy
-      wc.template load<true, false>(w, j * kChunk, ok ? kChunk : 0);
+      wc.template load<true, Src::kReadOnly>(w, j * kChunk, ok ? kChunk : 0);
       emit_chunk(c[i], wc, j, ok, rstd, out);
     }
   }
