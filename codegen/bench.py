@@ -40,6 +40,24 @@ def bench_us(fn, warmup_ms=25, rep_ms=100) -> float:
     return statistics.median(times)
 
 
+def kernel_us(fn, n=20) -> float:
+    """GPU time of the kernels fn() launches, per call, from the profiler's kernel records (no
+    launch gaps, no host time): L2 flushed before each call, as bench_us does."""
+    from torch.profiler import ProfilerActivity, profile
+
+    flush = torch.empty(64 << 20, dtype=torch.int32, device="cuda")
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    total = sum(e.device_time for e in prof.events()
+                if e.device_type == torch.autograd.DeviceType.CUDA and "Fill" not in e.name)
+    return total / n
+
+
 def copy_bandwidth() -> float:
     """Device copy, GB/s counting read + write: the ceiling for memory-bound kernels."""
     x = torch.randn(8192, 7168, device="cuda").to(torch.bfloat16)
@@ -140,6 +158,36 @@ def rmsnorm_section(copy_gbs: float, quick: bool) -> list[dict]:
           ["op", "T", "H", "ours us", "GB/s", "of copy", "compile us", "x compile"],
           [[r["op"], r["t"], r["h"], r["us"], r["gbs"], f"{r['copy_frac']:.0%}",
             r["compile_us"], r["vs_compile"]] for r in results])
+    return results
+
+
+def rmsnorm_kernel_section(quick: bool) -> list[dict]:
+    """Small T: a few us of kernel under a few us of launch, and host stalls of the compiled peer
+    blur the event times; the profiler's kernel records compare the kernels alone. Run last: a
+    profiler session can slow the launches that follow it."""
+    ts = [1, 16, 256] if not quick else [16]
+    hs = [1536, 4096, 7168, 8192] if not quick else [7168]
+    peer_norm, peer_add = torch.compile(_torch_rmsnorm), torch.compile(_torch_add_rmsnorm)
+    results = []
+    for h in hs:
+        w = torch.randn(h, device="cuda").to(torch.bfloat16)
+        for t in ts:
+            x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
+            r = torch.randn(t, h, device="cuda").to(torch.bfloat16)
+            if t > 1:
+                torch._dynamo.mark_dynamic(x, 0)
+                torch._dynamo.mark_dynamic(r, 0)
+            for op, ours, peer in (
+                    ("rmsnorm", lambda: ops.rmsnorm(x, w), lambda: peer_norm(x, w)),
+                    ("fused_add_rmsnorm", lambda: ops.fused_add_rmsnorm(x, r, w),
+                     lambda: peer_add(x, r, w))):
+                us, pus = kernel_us(ours), kernel_us(peer)
+                results.append(dict(op=op, t=t, h=h, kernel_us=us, compile_kernel_us=pus,
+                                    vs_compile=pus / us))
+    table("rmsnorm / fused_add_rmsnorm at small T, bf16: kernel time (profiler, us)",
+          ["op", "T", "H", "ours", "torch.compile", "x compile"],
+          [[r["op"], r["t"], r["h"], r["kernel_us"], r["compile_kernel_us"], r["vs_compile"]]
+           for r in results])
     return results
 
 
@@ -296,7 +344,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     ap.add_argument("--json", help="write all figures here")
-    ap.add_argument("--sections", default="jit,overhead,quant,rmsnorm,rmsnorm_quant,gemm")
+    ap.add_argument("--sections",
+                    default="jit,overhead,quant,rmsnorm,rmsnorm_quant,gemm,rmsnorm_kernels")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench: no GPU visible; nothing to measure", file=sys.stderr)
@@ -321,6 +370,8 @@ def main(argv=None) -> int:
         out["rmsnorm_quant"] = rmsnorm_quant_section(out["copy_gbs"])
     if "gemm" in sections:
         out["gemm"] = gemm_section(out["copy_gbs"], args.quick)
+    if "rmsnorm_kernels" in sections:
+        out["rmsnorm_kernels"] = rmsnorm_kernel_section(args.quick)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
