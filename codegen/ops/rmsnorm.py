@@ -112,26 +112,44 @@ def _check_aligned_residual(residual: torch.Tensor) -> None:
 # ---- per-signature plans ----
 # The checks that read neither T nor the data run once per call signature (dtypes, devices,
 # sizes past the rows, strides, whether there are 0, 1 or more rows, parameters) and their
-# result is kept; the T-dependent ones run on every call. Not while torch.compile traces
-# (sizes may be symbolic there): the checks then run in full.
-_plans: dict[tuple, object] = {}
-_MISS = object()
+# result is kept, with the kernels loaded for it; the T-dependent ones run on every call. Not
+# while torch.compile traces (sizes may be symbolic there): the checks then run in full.
+class _Plan:
+    __slots__ = ("value", "kernels")
+
+    def __init__(self, value, kernels: dict | None):
+        self.value = value        # check()'s result
+        self.kernels = kernels    # (launcher, uri) by what the signature leaves open, or None
+
+
+_plans: dict[tuple, _Plan] = {}
 
 
 def _signature(t: torch.Tensor) -> tuple:
-    # rows as 0, 1 or more: the row stride and last-dim stride checks depend on that alone
-    return (t.dtype, t.is_cuda, t.get_device(), t.shape[-1], t.stride(), min(t.shape[0], 2))
+    # rows as 0, 1 or more: the row stride and last-dim stride checks depend on that alone.
+    # get_device() is -1 off the GPU, where the checks fail and nothing is kept.
+    return (t.dtype, t.get_device(), t.shape[-1], t.stride(), min(t.shape[0], 2))
 
 
-def _planned(params: tuple, tensors: tuple, check):
+def _planned(params: tuple, tensors: tuple, check) -> _Plan:
     """check()'s result, computed once per (params, signatures of tensors)."""
     try:
         key = (params, *map(_signature, tensors))
-        hit = _plans.get(key, _MISS)
+        hit = _plans.get(key)
     except (AttributeError, TypeError, IndexError):   # not tensors, 0-d, unhashable: no plan
-        return check()
-    if hit is _MISS:
-        hit = _plans[key] = check()
+        return _Plan(check(), None)
+    if hit is None:
+        hit = _plans[key] = _Plan(check(), {})
+    return hit
+
+
+def _kernel(kernels: dict | None, open_params: tuple, family: str, x: torch.Tensor, **params):
+    """(launcher, uri) of the variant, kept in the plan under what its signature leaves open."""
+    hit = kernels.get(open_params) if kernels is not None else None
+    if hit is None:
+        hit = launcher(family, x, **params)
+        if kernels is not None:
+            kernels[open_params] = hit
     return hit
 
 
@@ -156,16 +174,16 @@ def _fused_add_fake(x, residual, weight, eps):
     return x.new_empty(x.shape)
 
 
-def _norm(x, residual, weight, eps):
+def _norm(x, residual, weight, eps, kernels=None):
     t, h = x.shape
-    y = torch.empty((t, h), dtype=x.dtype, device=x.device)
+    y = x.new_empty((t, h))
     if t == 0:
         return y
     # 16-byte accesses when every row of every operand starts on a 16-byte boundary
     vector = (h * x.element_size()) % 16 == 0 and _rows_aligned(x) and _rows_aligned(weight) \
         and (residual is None or _rows_aligned(residual))
-    fn, uri = launcher("rmsnorm", x, dtype=DTYPE_NAMES[x.dtype], residual=residual is not None,
-                        load="vec16" if vector else "scalar")
+    fn, uri = _kernel(kernels, (vector,), "rmsnorm", x, dtype=DTYPE_NAMES[x.dtype],
+                      residual=residual is not None, load="vec16" if vector else "scalar")
     rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
             y.data_ptr(), t, h, _row_stride_bytes(x),
             0 if residual is None else _row_stride_bytes(residual), eps, stream(x))
@@ -197,9 +215,9 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.T
         return _check_eps(eps)
     if torch.compiler.is_compiling():
         return torch.ops.codegen.rmsnorm(x, weight, check())
-    eps = _planned(("rmsnorm", eps), (x, weight), check)
+    plan = _planned(("rmsnorm", eps), (x, weight), check)
     _check_row_count("x", x)
-    return _rmsnorm_impl(x, weight, eps)
+    return _norm(x, None, weight, plan.value, plan.kernels)
 
 
 def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -215,11 +233,11 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         return _check_eps(eps)
     if torch.compiler.is_compiling():
         return torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, check())
-    eps = _planned(("fused_add_rmsnorm", eps), (x, residual, weight), check)
+    plan = _planned(("fused_add_rmsnorm", eps), (x, residual, weight), check)
     _check_row_count("x", x)
     if residual.shape[0] != x.shape[0]:
         _check_residual(residual, x)
-    return _fused_add_impl(x, residual, weight, eps)
+    return _norm(x, residual, weight, plan.value, plan.kernels)
 
 
 # ---- rmsnorm_group_quant ----
@@ -245,24 +263,32 @@ def _rgq_fake(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_re
     return q, s, y
 
 
-def _rgq_impl(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_return_unquantized,
-              fp8_max, fp8_dtype):
+def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp8_max, fp8_dtype,
+                kernels=None):
+    """(q, scales); y: None, or [T, H] of x's dtype for the normalized values."""
     q, s = _quant_outputs(x, group_size, scale_layout, fp8_dtype)
     t, h = x.shape
-    y = torch.empty((t if also_return_unquantized else 0, h), dtype=x.dtype, device=x.device)
     if t == 0:
-        return q, s, y
+        return q, s
     if residual is not None:
         _check_aligned_residual(residual)
     x, weight = _aligned_copy(x), _aligned_copy(weight)
-    fn, uri = launcher("rmsnorm_group_quant", x, dtype=DTYPE_NAMES[x.dtype],
-                        group_size=group_size, ue8m0=bool(ue8m0),
-                        residual=residual is not None, fp8_max=fp8_max)
+    fn, uri = _kernel(kernels, (ue8m0,), "rmsnorm_group_quant", x, dtype=DTYPE_NAMES[x.dtype],
+                      group_size=group_size, ue8m0=ue8m0, residual=residual is not None,
+                      fp8_max=fp8_max)
     rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
-            q.data_ptr(), s.data_ptr(), y.data_ptr() if also_return_unquantized else None, t, h,
+            q.data_ptr(), s.data_ptr(), None if y is None else y.data_ptr(), t, h,
             _row_stride_bytes(x), 0 if residual is None else _row_stride_bytes(residual),
             s.stride(0), s.stride(1), eps, stream(x))
     check_rc(rc, uri)
+    return q, s
+
+
+def _rgq_impl(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_return_unquantized,
+              fp8_max, fp8_dtype):
+    y = x.new_empty((x.shape[0] if also_return_unquantized else 0, x.shape[1]))
+    q, s = _rgq_launch(x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
+                       y if also_return_unquantized else None, fp8_max, fp8_dtype)
     return q, s, y
 
 
@@ -289,22 +315,22 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
             _check_residual(residual, x)
         _check_quant("x", x.shape[1], group_size, scale_layout)
         return (_check_eps(eps), *resolve_fp8(x, None, fp8_max))
-    compiling = torch.compiler.is_compiling()
-    if compiling:
+    if torch.compiler.is_compiling():
         eps, fp8_dtype, fmax = check()
-    else:
-        tensors = (x, weight) if residual is None else (x, weight, residual)
-        eps, fp8_dtype, fmax = _planned(("rmsnorm_group_quant", eps, group_size, scale_layout,
-                                         fp8_max), tensors, check)
-        _check_row_count("x", x)
-        if residual is not None and residual.shape[0] != x.shape[0]:
-            _check_residual(residual, x)
-    args = (x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
+        q, s, y = torch.ops.codegen.rmsnorm_group_quant(
+            x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
             bool(also_return_unquantized), fmax, fp8_dtype)
-    if compiling:
-        q, s, y = torch.ops.codegen.rmsnorm_group_quant(*args)
-    else:
-        q, s, y = _rgq_impl(*args)
+        return (q, s, y) if also_return_unquantized else (q, s)
+    tensors = (x, weight) if residual is None else (x, weight, residual)
+    plan = _planned(("rmsnorm_group_quant", eps, group_size, scale_layout, fp8_max), tensors,
+                    check)
+    eps, fp8_dtype, fmax = plan.value
+    _check_row_count("x", x)
+    if residual is not None and residual.shape[0] != x.shape[0]:
+        _check_residual(residual, x)
+    y = x.new_empty(x.shape) if also_return_unquantized else None
+    q, s = _rgq_launch(x, weight, residual, eps, group_size, scale_layout, bool(ue8m0), y, fmax,
+                       fp8_dtype, plan.kernels)
     return (q, s, y) if also_return_unquantized else (q, s)
 
 
@@ -324,16 +350,17 @@ def _dual_fake(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0,
 
 
 def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0, fp8_max,
-               fp8_dtype):
+               fp8_dtype, kernels=None):
     t, hq = q.shape
     hkv = kv.shape[1]
     q_fp8, q_scales = _quant_outputs(q, group_size, scale_layout, fp8_dtype)
-    kv_out = torch.empty((t, hkv), dtype=kv.dtype, device=kv.device)
+    kv_out = kv.new_empty((t, hkv))
     if t == 0:
         return q_fp8, q_scales, kv_out
     q, q_weight, kv, kv_weight = map(_aligned_copy, (q, q_weight, kv, kv_weight))
-    fn, uri = launcher("dual_rmsnorm_group_quant", q, dtype=DTYPE_NAMES[q.dtype],
-                        group_size=group_size, ue8m0=bool(ue8m0), fp8_max=fp8_max)
+    fn, uri = _kernel(kernels, (bool(ue8m0),), "dual_rmsnorm_group_quant", q,
+                      dtype=DTYPE_NAMES[q.dtype], group_size=group_size, ue8m0=bool(ue8m0),
+                      fp8_max=fp8_max)
     rc = fn(q.data_ptr(), q_weight.data_ptr(), q_fp8.data_ptr(), q_scales.data_ptr(),
             kv.data_ptr(), kv_weight.data_ptr(), kv_out.data_ptr(), t, hq, hkv,
             _row_stride_bytes(q), _row_stride_bytes(kv), q_scales.stride(0),
@@ -376,19 +403,18 @@ def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.
                                  f"row dual_rmsnorm_group_quant holds; use rmsnorm_group_quant "
                                  f"and rmsnorm")
         return (_check_eps(eps), *resolve_fp8(q, None, fp8_max))
-    compiling = torch.compiler.is_compiling()
-    if compiling:
+    if torch.compiler.is_compiling():
         eps, fp8_dtype, fmax = check()
-    else:
-        eps, fp8_dtype, fmax = _planned(("dual", eps, group_size, scale_layout, fp8_max),
-                                        (q, q_weight, kv, kv_weight), check)
-        _check_row_count("q", q)
-        _check_dual_rows(q, kv)
-    args = (q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0), fmax,
+        return torch.ops.codegen.dual_rmsnorm_group_quant(
+            q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0), fmax,
             fp8_dtype)
-    if compiling:
-        return torch.ops.codegen.dual_rmsnorm_group_quant(*args)
-    return _dual_impl(*args)
+    plan = _planned(("dual", eps, group_size, scale_layout, fp8_max),
+                    (q, q_weight, kv, kv_weight), check)
+    eps, fp8_dtype, fmax = plan.value
+    _check_row_count("q", q)
+    _check_dual_rows(q, kv)
+    return _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0),
+                      fmax, fp8_dtype, plan.kernels)
 
 
 def _check_dual_rows(q, kv) -> None:
