@@ -132,10 +132,9 @@ def _torch_rmsnorm_quant(x, w, fp8_dtype, fmax, g=128, eps=1e-6):
     return (yg / s).clamp(-fmax, fmax).to(fp8_dtype).reshape(y.shape), s.squeeze(-1)
 
 
-def rmsnorm_section(copy_gbs: float, quick: bool) -> list[dict]:
-    ts = [1, 16, 256, 4096, 16384] if not quick else [16, 4096]
-    hs = [1536, 4096, 7168, 8192] if not quick else [7168]
-    results = []
+def _rmsnorm_cells(ts: list[int], hs: list[int]):
+    """(op, T, H, bytes moved, ours, torch.compile peer) per cell, bf16; each cell's callables
+    must be used before the next cell is drawn (its inputs replace the last one's)."""
     peer_norm, peer_add = torch.compile(_torch_rmsnorm), torch.compile(_torch_add_rmsnorm)
     for h in hs:
         w = torch.randn(h, device="cuda").to(torch.bfloat16)
@@ -145,15 +144,20 @@ def rmsnorm_section(copy_gbs: float, quick: bool) -> list[dict]:
             if t > 1:
                 torch._dynamo.mark_dynamic(x, 0)
                 torch._dynamo.mark_dynamic(r, 0)
-            for op, nbytes, ours, peer in (
-                    ("rmsnorm", 2 * t * h * 2, lambda: ops.rmsnorm(x, w),
-                     lambda: peer_norm(x, w)),
-                    ("fused_add_rmsnorm", 4 * t * h * 2, lambda: ops.fused_add_rmsnorm(x, r, w),
-                     lambda: peer_add(x, r, w))):
-                us, pus = bench_us(ours), bench_us(peer)
-                results.append(dict(op=op, t=t, h=h, us=us, compile_us=pus,
-                                    gbs=nbytes / us / 1e3, copy_frac=nbytes / us / 1e3 / copy_gbs,
-                                    vs_compile=pus / us))
+            yield ("rmsnorm", t, h, 2 * t * h * 2, lambda: ops.rmsnorm(x, w),
+                   lambda: peer_norm(x, w))
+            yield ("fused_add_rmsnorm", t, h, 4 * t * h * 2,
+                   lambda: ops.fused_add_rmsnorm(x, r, w), lambda: peer_add(x, r, w))
+
+
+def rmsnorm_section(copy_gbs: float, quick: bool) -> list[dict]:
+    ts = [1, 16, 256, 4096, 16384] if not quick else [16, 4096]
+    hs = [1536, 4096, 7168, 8192] if not quick else [7168]
+    results = []
+    for op, t, h, nbytes, ours, peer in _rmsnorm_cells(ts, hs):
+        us, pus = bench_us(ours), bench_us(peer)
+        results.append(dict(op=op, t=t, h=h, us=us, compile_us=pus, gbs=nbytes / us / 1e3,
+                            copy_frac=nbytes / us / 1e3 / copy_gbs, vs_compile=pus / us))
     table("rmsnorm / fused_add_rmsnorm, bf16 (GB/s = bytes moved / time)",
           ["op", "T", "H", "ours us", "GB/s", "of copy", "compile us", "x compile"],
           [[r["op"], r["t"], r["h"], r["us"], r["gbs"], f"{r['copy_frac']:.0%}",
@@ -167,23 +171,11 @@ def rmsnorm_kernel_section(quick: bool) -> list[dict]:
     profiler session can slow the launches that follow it."""
     ts = [1, 16, 256] if not quick else [16]
     hs = [1536, 4096, 7168, 8192] if not quick else [7168]
-    peer_norm, peer_add = torch.compile(_torch_rmsnorm), torch.compile(_torch_add_rmsnorm)
     results = []
-    for h in hs:
-        w = torch.randn(h, device="cuda").to(torch.bfloat16)
-        for t in ts:
-            x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
-            r = torch.randn(t, h, device="cuda").to(torch.bfloat16)
-            if t > 1:
-                torch._dynamo.mark_dynamic(x, 0)
-                torch._dynamo.mark_dynamic(r, 0)
-            for op, ours, peer in (
-                    ("rmsnorm", lambda: ops.rmsnorm(x, w), lambda: peer_norm(x, w)),
-                    ("fused_add_rmsnorm", lambda: ops.fused_add_rmsnorm(x, r, w),
-                     lambda: peer_add(x, r, w))):
-                us, pus = kernel_us(ours), kernel_us(peer)
-                results.append(dict(op=op, t=t, h=h, kernel_us=us, compile_kernel_us=pus,
-                                    vs_compile=pus / us))
+    for op, t, h, _, ours, peer in _rmsnorm_cells(ts, hs):
+        us, pus = kernel_us(ours), kernel_us(peer)
+        results.append(dict(op=op, t=t, h=h, kernel_us=us, compile_kernel_us=pus,
+                            vs_compile=pus / us))
     table("rmsnorm / fused_add_rmsnorm at small T, bf16: kernel time (profiler, us)",
           ["op", "T", "H", "ours", "torch.compile", "x compile"],
           [[r["op"], r["t"], r["h"], r["kernel_us"], r["compile_kernel_us"], r["vs_compile"]]
