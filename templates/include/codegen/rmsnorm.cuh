@@ -333,13 +333,16 @@ CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* 
       const int j = r + i * TPR;
       const int n = row_ok && j < nchunk ? kChunk : 0;
       c[i].template load<true, Src::kCoherent>(src, j * kChunk, n);
-      if constexpr (RESIDUAL) a[i].template load<true, Src::kCoherent>(src + row_bytes, j * kChunk, n);
+      if constexpr (RESIDUAL) {
+        a[i].template load<true, Src::kCoherent>(src + row_bytes, j * kChunk, n);
+      }
     }
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int j = r + i * TPR;
       const bool ok = row_ok && j < nchunk;
-      add_residual<KIND, true, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res_row, j, ok ? kChunk : 0, ok);
+      add_residual<KIND, true, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res_row, j, ok ? kChunk : 0,
+                                         ok);
       sum_squares(ss, c[i]);
     }
     // The slot of row k - 1 is refilled only now: this thread's reads of it are complete.
