@@ -252,11 +252,7 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
       for (int i = 0; i < ITEMS; ++i) {
         const int j = base + r + i * TPR;
         const int n = count(j, row_ok && j < nchunk);
-        if constexpr (RESIDUAL) {
-          c[i].template load<VECTOR, Src::kCoherent>(src, j * kChunk, n);
-        } else {
-          c[i].template load<VECTOR, Src::kStream>(src, j * kChunk, n);
-        }
+        c[i].template load<VECTOR, RESIDUAL ? Src::kCoherent : Src::kStream>(src, j * kChunk, n);
         wc[i].template load<VECTOR, Src::kReadOnly>(w, j * kChunk, n);
       }
 #pragma unroll
