@@ -99,6 +99,27 @@ def test_quotients_on_rounding_boundaries(dtype, g):
     run_and_check(x, g, "row", False)
 
 
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("g", [32, 128])
+def test_few_boundary_values_per_wave(dtype, g):
+    """Random groups with a few values on or beside rounding midpoints, at densities from a
+    handful of lanes per wave to most of them: the exact quotients of the lanes that need them
+    are spread over the wave (group_quant.cuh, exact_quotients) up to a number of lanes, and
+    computed by each lane itself beyond it; both must give the reference's bytes."""
+    fp8_dtype, fmax = fp8_info()
+    t = 256
+    edge = boundary_rows(t, g, DTYPES[dtype], fmax, fp8_dtype == torch.float8_e4m3fnuz)
+    edge = edge.float().repeat(1, 4)                       # four groups per row
+    amax = edge.abs().amax(dim=1, keepdim=True)
+    gen = torch.Generator(device="cuda").manual_seed(g)
+    noise = torch.randn(edge.shape, device="cuda", generator=gen) * amax / 8
+    density = torch.tensor([0.001, 0.004, 0.01, 0.03, 0.1, 0.5], device="cuda")
+    pick = torch.rand(edge.shape, device="cuda", generator=gen) < density[torch.arange(t) % 6, None]
+    keep = edge.abs() == amax                              # each group's amax stays
+    x = torch.where(pick | keep, edge, noise.clamp(-amax, amax))
+    run_and_check(x.to(DTYPES[dtype]), g, "row", False)
+
+
 def test_empty_and_large():
     q, s = ops.per_token_group_quant_fp8(torch.empty(0, 512, device="cuda", dtype=torch.bfloat16))
     assert q.shape == (0, 512) and s.shape == (0, 4)

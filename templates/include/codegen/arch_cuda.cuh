@@ -37,13 +37,6 @@ CG_DEVICE uint16_t float_to_f16(float f) {
 CG_DEVICE float div_rn(float a, float b) { return __fdiv_rn(a, b); }
 CG_DEVICE float sqrt_rn(float a) { return __fsqrt_rn(a); }
 
-// Reciprocal from the special-function unit, within 1 ulp (not IEEE-rounded).
-CG_DEVICE float rcp_approx(float a) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(a));
-  return r;
-}
-
 // Per-16-bit-half unsigned max of two packed pairs.
 CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
   uint32_t r;
@@ -52,13 +45,6 @@ CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
 }
 
 // Butterfly exchange within aligned segments of WIDTH lanes.
-// Per-16-bit-half unsigned min of two packed pairs.
-CG_DEVICE uint32_t umin16x2(uint32_t a, uint32_t b) {
-  uint32_t r;
-  asm("min.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-  return r;
-}
-
 template <int WIDTH>
 CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask, WIDTH);

@@ -31,9 +31,6 @@ CG_DEVICE uint16_t float_to_f16(float f) { return __builtin_bit_cast(uint16_t, _
 CG_DEVICE float div_rn(float a, float b) { return a / b; }
 CG_DEVICE float sqrt_rn(float a) { return __builtin_sqrtf(a); }
 
-// Reciprocal from v_rcp_f32, within 1 ulp (not IEEE-rounded).
-CG_DEVICE float rcp_approx(float a) { return __builtin_amdgcn_rcpf(a); }
-
 // Per-16-bit-half unsigned max of two packed pairs (v_pk_max_u16).
 CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
   typedef unsigned short u16x2 __attribute__((ext_vector_type(2)));
@@ -41,12 +38,6 @@ CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
                                                                 __builtin_bit_cast(u16x2, b)));
 }
 
-// Per-16-bit-half unsigned min of two packed pairs (v_pk_min_u16).
-CG_DEVICE uint32_t umin16x2(uint32_t a, uint32_t b) {
-  typedef unsigned short u16x2 __attribute__((ext_vector_type(2)));
-  return __builtin_bit_cast(uint32_t, __builtin_elementwise_min(__builtin_bit_cast(u16x2, a),
-                                                                __builtin_bit_cast(u16x2, b)));
-}
 
 template <int WIDTH>
 CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
