@@ -38,9 +38,9 @@ CG_DEVICE float clamp_fp8(float v) {
 // whatever the error; the residual is taken as q scale - x, not x - q scale, so that x = -0
 // gives -0. No branch, and the same on every target: fma is IEEE on all of them.
 // scale = inf (inf in the group): y = 0 and the residual's scale 0 give x * 0 = +-0, as IEEE
-// x / inf, or NaN for x = inf; scale = NaN gives NaN. Checked exhaustively around every fp8
-// midpoint on the CPU with exact arithmetic (tests/test_quant_rounding.py) and against IEEE
-// division on the GPU (tests/test_gpu_quant.py).
+// x / inf, or NaN for x = inf; scale = NaN gives NaN. Checked against IEEE division in exact
+// arithmetic on the CPU, beside every fp8 midpoint for many scales (tests/test_quant_rounding.py),
+// and on the GPU (tests/test_gpu_quant.py).
 struct Divisor {
   float y;      // RN(1 / scale), or 0 for scale = inf
   float scale;  // the scale, or 0 for scale = inf
