@@ -5,13 +5,30 @@ fma residuals: q = RN(q - RN(q scale - x) y). NUMERICS.md asks for the IEEE quot
 (then clamp and round to fp8). This replays those steps with exact rationals, rounding to
 float32 after each operation as the hardware does, and asks for RN(x / scale) bit for bit:
 around every fp8 rounding midpoint and value for many scales (the structured ones of bf16 data
-too: x and amax with 8-bit significands, scale = RN(amax / fp8_max)), and on random pairs.
+too: x and amax with 8-bit significands, scale = RN(amax / fp8_max)), and on random pairs. The
+steps and their number are read from the header, so the header is what is checked.
 """
 import random
+import re
 import struct
 from fractions import Fraction as F
+from functools import cache
 
 import pytest
+
+from codegen.render import INCLUDE_DIR
+
+HEADER = (INCLUDE_DIR / "codegen" / "group_quant.cuh").read_text()
+
+
+@cache
+def header_corrections() -> int:
+    """How many corrections quotient() applies; fails if its steps are not the ones replayed."""
+    assert "return {div_rn(1.0f, scale), inf ? 0.0f : scale};" in HEADER   # y = RN(1 / scale)
+    m = re.search(r"float q = x \* d\.y;\s*#pragma unroll\s*for \(int i = 0; i < (\d+); \+\+i\) "
+                  r"q = __builtin_fmaf\(-__builtin_fmaf\(q, d\.scale, -x\), d\.y, q\);", HEADER)
+    assert m, "quotient() in group_quant.cuh is not q = x * y, then q = fma(-fma(q, s, -x), y, q)"
+    return int(m.group(1))
 
 
 def bits(f: float) -> int:
@@ -42,10 +59,10 @@ def fma(a: float, b: float, c: float) -> float:
     return rn32(exact, both_negative)
 
 
-def kernel_quotient(x: float, scale: float, corrections: int = 2) -> float:
+def kernel_quotient(x: float, scale: float, corrections: int | None = None) -> float:
     y = rn32(F(1) / F(scale))
     q = rn32(F(x) * F(y), negative_zero=str(x)[0] == "-")
-    for _ in range(corrections):
+    for _ in range(header_corrections() if corrections is None else corrections):
         q = fma(-fma(q, scale, -x), y, q)
     return q
 
