@@ -26,7 +26,7 @@ def header_corrections() -> int:
     """How many corrections quotient() applies; fails if its steps are not the ones replayed."""
     assert "return {div_rn(1.0f, scale), inf ? 0.0f : scale};" in HEADER   # y = RN(1 / scale)
     m = re.search(r"float q = x \* d\.y;\s*#pragma unroll\s*for \(int i = 0; i < (\d+); \+\+i\) "
-                  r"q = __builtin_fmaf\(-__builtin_fmaf\(q, d\.scale, -x\), d\.y, q\);", HEADER)
+                  r"q = fma_rn\(-fma_rn\(q, d\.scale, -x\), d\.y, q\);", HEADER)
     assert m, "quotient() in group_quant.cuh is not q = x * y, then q = fma(-fma(q, s, -x), y, q)"
     return int(m.group(1))
 

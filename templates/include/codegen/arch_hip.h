@@ -38,7 +38,6 @@ CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
                                                                 __builtin_bit_cast(u16x2, b)));
 }
 
-
 template <int WIDTH>
 CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
   return uint32_t(__shfl_xor(int(v), mask, WIDTH));

@@ -12,6 +12,9 @@ namespace cg {
 
 CG_DEVICE uint32_t umax(uint32_t a, uint32_t b) { return a > b ? a : b; }
 
+// One rounding, spelled out so that no compiler contracts a*b+c differently in two kernels.
+CG_DEVICE float fma_rn(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+
 #if defined(CG_FP8_MAX)
 // Smallest power of two >= s, for positive normal s (inf and NaN pass through).
 CG_DEVICE float pow2_ceil(float s) {
@@ -54,7 +57,7 @@ CG_DEVICE Divisor divisor(float scale) {
 CG_DEVICE float quotient(float x, Divisor d) {
   float q = x * d.y;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) q = __builtin_fmaf(-__builtin_fmaf(q, d.scale, -x), d.y, q);
+  for (int i = 0; i < 2; ++i) q = fma_rn(-fma_rn(q, d.scale, -x), d.y, q);
   return q;
 }
 

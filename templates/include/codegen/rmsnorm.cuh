@@ -23,9 +23,6 @@ constexpr int kChunk = 8;  // elements per chunk, every dtype
 // read-only and read once (x), kept out of L1.
 enum class Src { kCoherent, kReadOnly, kStream };
 
-// One rounding, spelled out so that no compiler contracts a*b+c differently in two kernels.
-CG_DEVICE float fma_rn(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
-
 // 1 / sqrt(sum / H + eps) with IEEE division and a correctly rounded sqrt (not rsqrtf, whose
 // error differs between vendors): same bits on every target; well within the contract's 1 ulp of
 // the output dtype.
