@@ -1,4 +1,5 @@
-"""CPU check, in exact arithmetic, of how the quant kernels divide (group_quant.cuh, quotient).
+"""CPU check, in exact arithmetic, of how the quant kernels divide (group_quant.cuh): quotient(),
+x / scale for every value, and div_by_fp8_max(), the group's scale amax / fp8_max.
 
 The kernels take x / scale as q0 = RN(x y) with y = RN(1 / scale), then correct it twice with
 fma residuals: q = RN(q - RN(q scale - x) y). NUMERICS.md asks for the IEEE quotient RN(x / scale)
@@ -7,6 +8,9 @@ float32 after each operation as the hardware does, and asks for RN(x / scale) bi
 around every fp8 rounding midpoint and value for many scales (the structured ones of bf16 data
 too: x and amax with 8-bit significands, scale = RN(amax / fp8_max)), and on random pairs. The
 steps and their number are read from the header, so the header is what is checked.
+
+The scale's division has one divisor per fp8 format, so it is checked for every float32
+significand instead (exponents scale each of its steps exactly).
 """
 import random
 import re
@@ -14,9 +18,11 @@ import struct
 from fractions import Fraction as F
 from functools import cache
 
+import numpy as np
 import pytest
 
 from codegen.render import INCLUDE_DIR
+from codegen.targets import TARGETS
 
 HEADER = (INCLUDE_DIR / "codegen" / "group_quant.cuh").read_text()
 
@@ -117,3 +123,81 @@ def test_the_check_can_fail():
     wrong = sum(bits(kernel_quotient(x, s, corrections=0)) != bits(rn32(F(x) / F(s)))
                 for x, s in cases(2000, 0))
     assert wrong > 100
+
+
+# ---- div_by_fp8_max: amax / fp8_max for every significand ----
+
+FP8_MAXIMA = sorted({f.max for t in TARGETS.values() for f in t.fp8_formats})
+
+
+@cache
+def header_scale_steps() -> None:
+    """Fails if div_by_fp8_max() is not the sequence replayed below."""
+    body = re.search(r"CG_DEVICE float div_by_fp8_max\(float a\) \{(.*?)\n\}", HEADER, re.S)
+    assert body, "div_by_fp8_max() not found in group_quant.cuh"
+    steps = " ".join(body.group(1).split())
+    assert steps == ("constexpr float c = 1.0f / CG_FP8_MAX; "
+                     "const float q = fminf(a * c, 3.40282347e38f); "
+                     "return fma_rn(fma_rn(-q, CG_FP8_MAX, a), c, q);"), steps
+
+
+def kernel_scale(a: np.ndarray, fp8_max: float, correct: bool = True) -> np.ndarray:
+    """div_by_fp8_max(a) replayed in float64, each step rounded to float32 as the GPU does. The
+    products are exact in float64 (24-bit by 24-bit significands) and so is the residual (it
+    cancels to a few bits); the last fma's sum is rounded exactly via TwoSum."""
+    header_scale_steps()
+    c = np.float64(np.float32(1.0) / np.float32(fp8_max))
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = np.minimum((a * c).astype(np.float32), np.float32(3.40282347e38)).astype(np.float64)
+        if not correct:
+            return q.astype(np.float32)
+        r = (a - q * fp8_max).astype(np.float32).astype(np.float64)
+        s = r * c
+        t = q + s
+        b = t - q
+        err = (q - (t - b)) + (s - b)              # t + err == q + s exactly
+        out = t.astype(np.float32)
+        # t exactly halfway between two floats: the error, not ties-to-even, picks the side
+        o = out.astype(np.float64)
+        up = np.nextafter(out, np.float32(np.inf))
+        down = np.nextafter(out, np.float32(-np.inf))
+        out = np.where((t == (o + up.astype(np.float64)) / 2) & (err > 0), up, out)
+        out = np.where((t == (o + down.astype(np.float64)) / 2) & (err < 0), down, out)
+    return out
+
+
+def every_significand() -> np.ndarray:
+    """All float32 values in [1, 2), as float64."""
+    return np.arange(1 << 23, 1 << 24, dtype=np.float64) / 2.0 ** 23
+
+
+def ieee_scale(a: np.ndarray, fp8_max: float) -> np.ndarray:
+    """RN(a / fp8_max). The float64 quotient rounds once more, which cannot move it across a
+    float32 midpoint: fp8_max's odd part k > 1 would need a 24-bit a = k m for a 25-bit m; with
+    k = 1 the quotient is exact."""
+    return (a / fp8_max).astype(np.float32)
+
+
+@pytest.mark.parametrize("fp8_max", FP8_MAXIMA)
+def test_scale_division_is_ieee_for_every_significand(fp8_max):
+    a = every_significand()
+    got, want = kernel_scale(a, fp8_max), ieee_scale(a, fp8_max)
+    wrong = np.flatnonzero(got.view(np.uint32) != want.view(np.uint32))
+    assert wrong.size == 0, [float(a[i]).hex() for i in wrong[:5]]
+
+
+@pytest.mark.parametrize("fp8_max", FP8_MAXIMA)
+def test_scale_division_ends_of_range(fp8_max):
+    a = np.array([1e-10, 3.40282347e38, np.inf, np.nan], dtype=np.float32).astype(np.float64)
+    got = kernel_scale(a, fp8_max)
+    want = ieee_scale(a, fp8_max)
+    assert got[:3].view(np.uint32).tolist() == want[:3].view(np.uint32).tolist()
+    assert got[2] == np.inf and np.isnan(got[3])
+
+
+def test_scale_check_can_fail():
+    """Without the correction, the product is off for about half of all significands."""
+    a = every_significand()
+    for fp8_max in FP8_MAXIMA:
+        wrong = kernel_scale(a, fp8_max, correct=False) != ieee_scale(a, fp8_max)
+        assert wrong.mean() > 0.25

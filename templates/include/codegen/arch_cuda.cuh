@@ -13,8 +13,23 @@ CG_DEVICE int thread_x() { return int(threadIdx.x); }
 CG_DEVICE int block_x() { return int(blockIdx.x); }
 CG_DEVICE int grid_x() { return int(gridDim.x); }
 
+// p, computed once here: nvcc otherwise re-derives a row pointer (64-bit multiply and add) inside
+// every predicated load that uses it.
+template <class T>
+CG_DEVICE T* opaque(T* p) {
+  asm("" : "+l"(p));
+  return p;
+}
+
 CG_DEVICE float bits_to_float(uint32_t u) { return __uint_as_float(u); }
 CG_DEVICE uint32_t float_to_bits(float f) { return __float_as_uint(f); }
+
+// max(m, |v|) for m >= 0; a NaN in either gives NaN, as torch's amax (max.NaN, one FMNMX).
+CG_DEVICE float max_abs(float m, float v) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(m), "f"(fabsf(v)));
+  return r;
+}
 
 CG_DEVICE float bf16_to_float(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
 CG_DEVICE float f16_to_float(uint16_t h) {

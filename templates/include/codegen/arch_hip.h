@@ -19,8 +19,19 @@ CG_DEVICE int thread_x() { return int(__builtin_amdgcn_workitem_id_x()); }
 CG_DEVICE int block_x() { return int(__builtin_amdgcn_workgroup_id_x()); }
 CG_DEVICE int grid_x() { return int(gridDim.x); }
 
+template <class T>
+CG_DEVICE T* opaque(T* p) { return p; }
+
 CG_DEVICE float bits_to_float(uint32_t u) { return __builtin_bit_cast(float, u); }
 CG_DEVICE uint32_t float_to_bits(float f) { return __builtin_bit_cast(uint32_t, f); }
+
+// max(m, |v|) for m >= 0; a NaN in either gives NaN, as torch's amax. As integers: the bits of
+// non-negative floats order as the floats, and a NaN's lie above inf's (v_max3_u32 takes two
+// values per instruction; v_max_f32 would drop a NaN).
+CG_DEVICE float max_abs(float m, float v) {
+  const uint32_t a = float_to_bits(m), b = float_to_bits(v) & 0x7fffffffu;
+  return bits_to_float(a > b ? a : b);
+}
 
 CG_DEVICE float bf16_to_float(uint16_t h) { return bits_to_float(uint32_t(h) << 16); }
 CG_DEVICE float f16_to_float(uint16_t h) { return float(__builtin_bit_cast(_Float16, h)); }

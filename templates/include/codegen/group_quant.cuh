@@ -29,6 +29,18 @@ CG_DEVICE float clamp_fp8(float v) {
   return v > CG_FP8_MAX ? CG_FP8_MAX : (v < -CG_FP8_MAX ? -CG_FP8_MAX : v);
 }
 
+// RN(a / CG_FP8_MAX), the group's scale, for a >= 1e-10, inf or NaN: q = RN(a c) with
+// c = RN(1 / CG_FP8_MAX), then one correction with the exact residual a - q CG_FP8_MAX. Equal to
+// IEEE division for every float32 significand and each fp8 max the project uses (448, 240, 224:
+// checked exhaustively, tests/test_quant_rounding.py); exponents only scale every step exactly,
+// as nothing under- or overflows from 1e-10 up. q is capped at the largest float so that a = inf
+// gives the residual inf, not inf - inf, and so the quotient inf (the cap binds for no finite a).
+CG_DEVICE float div_by_fp8_max(float a) {
+  constexpr float c = 1.0f / CG_FP8_MAX;
+  const float q = fminf(a * c, 3.40282347e38f);
+  return fma_rn(fma_rn(-q, CG_FP8_MAX, a), c, q);
+}
+
 // The quotient x / scale, correctly rounded (IEEE division), from y = RN(1 / scale) by
 // multiplication and two corrections with exact residuals (fma):
 //   q0 = RN(x y): within 2 ulps of x / scale (y and the product each within half an ulp);
@@ -61,14 +73,15 @@ CG_DEVICE float quotient(float x, Divisor d) {
   return q;
 }
 
-// Largest |value| of a lane, as the bit pattern of a float: for non-negative floats the integer
-// order is the float order, and a NaN (above +inf) propagates into the max, like torch's amax.
+// Largest |value| of a lane (NaN if any is NaN, like torch's amax), as the bit pattern of a
+// float: for non-negative floats the integer order is the float order (the lanes' maxima are
+// combined as integers), and a NaN lies above +inf.
 template <int N>
 CG_DEVICE uint32_t abs_max(const float (&v)[N]) {
-  uint32_t m = 0;
+  float m = __builtin_fabsf(v[0]);
 #pragma unroll
-  for (int i = 0; i < N; ++i) m = umax(m, float_to_bits(v[i]) & 0x7fffffffu);
-  return m;
+  for (int i = 1; i < N; ++i) m = max_abs(m, v[i]);
+  return float_to_bits(m);
 }
 
 // The same from packed 16-bit inputs (KIND 0 bf16, 1 fp16), two values per instruction.
@@ -106,7 +119,7 @@ CG_DEVICE float quantize_group_src(const Source& src, uint32_t lane_max, uint32_
   uint32_t m = lane_max;
 #pragma unroll
   for (int off = TPG / 2; off > 0; off >>= 1) m = umax(m, shfl_xor_u32<TPG>(m, off));
-  float scale = div_rn(bits_to_float(umax(m, float_to_bits(1e-10f))), CG_FP8_MAX);
+  float scale = div_by_fp8_max(bits_to_float(umax(m, float_to_bits(1e-10f))));
   Divisor d;
   if constexpr (UE8M0) {
     // A power-of-two scale: its reciprocal is exact (exponent negated), so is x * d.y. An inf /

@@ -201,13 +201,18 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
   float ss = 0.0f;
   if constexpr (!TWO_PASS) {
     C c[ITEMS], wc[ITEMS], a[RESIDUAL ? ITEMS : 1];
+    // This thread's first chunk in each array; chunk i lies i * TPR chunks further.
+    const int lane = r * (kChunk * C::BYTES), step = TPR * kChunk;
+    const uint8_t* xr = opaque(x + lane);
+    const uint8_t* wr = opaque(w + lane);
+    const uint8_t* ar = RESIDUAL ? opaque(res + lane) : nullptr;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int j = r + i * TPR;
       const int n = count(j, row_ok && j < nchunk);
-      c[i].template load<VECTOR, Src::kStream>(x, j * kChunk, n);
-      if constexpr (RESIDUAL) a[i].template load<VECTOR, Src::kCoherent>(res, j * kChunk, n);
-      wc[i].template load<VECTOR, Src::kReadOnly>(w, j * kChunk, n);
+      c[i].template load<VECTOR, Src::kStream>(xr, i * step, n);
+      if constexpr (RESIDUAL) a[i].template load<VECTOR, Src::kCoherent>(ar, i * step, n);
+      wc[i].template load<VECTOR, Src::kReadOnly>(wr, i * step, n);
     }
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
@@ -387,7 +392,8 @@ struct QuantRow {
     if (!ok) return;
     const uint32_t u = uint32_t(j);  // unsigned: / and % by TPG are a shift and a mask
     *reinterpret_cast<uint2*>(q + u * kChunk) = make_uint2(bytes[0], bytes[1]);
-    if (u % TPG == 0) scales[(u / TPG) * scale_col] = scale;
+    float* s = scales + int64_t(u / TPG) * scale_col;  // outside the branch: a predicated store
+    if (u % TPG == 0) *s = scale;
     if (y != nullptr) {
       Chunk<KIND> c;
       c.set(v);
