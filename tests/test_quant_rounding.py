@@ -137,7 +137,7 @@ def header_scale_steps() -> None:
     assert body, "div_by_fp8_max() not found in group_quant.cuh"
     steps = " ".join(body.group(1).split())
     assert steps == ("constexpr float c = 1.0f / CG_FP8_MAX; "
-                     "const float q = fminf(a * c, 3.40282347e38f); "
+                     "const float q = __builtin_fminf(a * c, 3.40282347e38f); "
                      "return fma_rn(fma_rn(-q, CG_FP8_MAX, a), c, q);"), steps
 
 

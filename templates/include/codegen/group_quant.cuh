@@ -37,7 +37,7 @@ CG_DEVICE float clamp_fp8(float v) {
 // gives the residual inf, not inf - inf, and so the quotient inf (the cap binds for no finite a).
 CG_DEVICE float div_by_fp8_max(float a) {
   constexpr float c = 1.0f / CG_FP8_MAX;
-  const float q = fminf(a * c, 3.40282347e38f);
+  const float q = __builtin_fminf(a * c, 3.40282347e38f);
   return fma_rn(fma_rn(-q, CG_FP8_MAX, a), c, q);
 }
 
