@@ -1,7 +1,9 @@
 """RMSNorm: decisions for rmsnorm.cu.j2, shared by the fused RMSNorm + FP8 quant families.
 
-Layout (see templates/include/codegen/rmsnorm.cuh): a row is cut into chunks of 8 elements for
-every dtype; TPR threads share a row, thread r owning chunks r, r + TPR, ... The kernel for a row
+Layout (see templates/include/codegen/rmsnorm.cuh, Items): a row is cut into chunks of 8 elements
+for every dtype; TPR threads share a row, thread r owning chunks r, r + TPR, ..., or, in tiers of
+at most 256 threads with an even ITEMS, pairs of chunks 8 apart (a 128-element quant group in 8
+lanes instead of 16). The kernel for a row
 length is picked at run time by the launcher from the tier table below: the first tier whose
 register capacity (TPR * ITEMS chunks) holds the row, else the last one, which reads the row
 twice (the second read hits L2).

@@ -3,8 +3,9 @@
 // "RMSNorm family".
 //
 // Layout: a row of H elements is cut into chunks of 8 consecutive elements, for every dtype (one
-// 16-byte load for bf16/fp16, two for fp32). TPR threads share a row; thread r owns chunks
-// r, r + TPR, r + 2 TPR, ... (coalesced). Its sum of squares is accumulated in that order, element
+// 16-byte load for bf16/fp16, two for fp32). TPR threads share a row, each holding ITEMS chunks
+// (Items below: 128 or 256 bytes in a run for every 8 lanes, so coalesced). Each thread's sum of
+// squares is accumulated in item order, element
 // by element with an explicit fma; the TPR partial sums are combined with an xor butterfly over
 // min(TPR, WAVE) lanes and, when TPR > WAVE, the row's per-wave sums are added in wave order
 // through shared memory. The rounding of the sum is thus a function of (H, TPR, WAVE) only: not of
@@ -17,6 +18,25 @@
 namespace cg {
 
 constexpr int kChunk = 8;  // elements per chunk, every dtype
+
+// Which chunk of a row (of a pass, for the two-pass kernels) item i of thread r holds:
+// lane(r) + offset(i). Rows of at most 256 threads with an even ITEMS take items in pairs:
+// pair k covers chunks [2 TPR k, 2 TPR (k + 1)), where lanes 8m .. 8m + 7 hold chunks
+// 16m .. 16m + 7 (item 2k) and 16m + 8 .. 16m + 15 (item 2k + 1), so that a lane holds 16
+// elements of each aligned 128-element group: a G=128 quant group is 8 lanes, not 16, with half
+// the shuffles and scale divisions per element. Other rows: chunk i TPR + r. 1024-thread rows are
+// not paired, as their ITEMS differs by dtype and their sum order must not (fp32 input sums like
+// bf16); an odd ITEMS is not, as the pairs would cost its tier (H <= 1536 on wave32) registers.
+template <int TPR, int ITEMS>
+struct Items {
+  static constexpr bool kPaired = TPR <= 256 && ITEMS % 2 == 0;
+  static_assert(!kPaired || TPR % 8 == 0, "pairs take 8 lanes");
+  CG_DEVICE static int lane(int r) { return kPaired ? (r & ~7) * 2 + (r & 7) : r; }
+  CG_DEVICE static constexpr int offset(int i) {
+    return kPaired ? i / 2 * 2 * TPR + i % 2 * 8 : i * TPR;
+  }
+  CG_DEVICE static int chunk(int r, int i) { return lane(r) + offset(i); }
+};
 
 // How a chunk is read: kCoherent, data this kernel also writes (the residual); kReadOnly, data
 // no thread writes (the weight), which the compiler may load ahead of earlier stores; kStream,
@@ -181,6 +201,48 @@ CG_DEVICE void emit_chunk(const Chunk<KIND>& c, const Chunk<KIND>& wc, int j, bo
   out(j, v, ok);
 }
 
+// Items i and i + 1 of a pair (chunks j and j + 8) as one call out.pair(j, v, ok) with 16 values,
+// for an Out that takes them together (Out::kPairs: one quant group per 8 lanes); else one call
+// per chunk. Both chunks of a pair exist or neither (rows of whole 128-element groups).
+template <int KIND, class Out>
+CG_DEVICE void emit_pair(const Chunk<KIND>& c0, const Chunk<KIND>& c1, const Chunk<KIND>& w0,
+                         const Chunk<KIND>& w1, int j, bool ok0, bool ok1, float rstd,
+                         const Out& out) {
+  if constexpr (Out::kPairs) {
+    if (!wave_any(ok0)) return;
+    float v[2 * kChunk];
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) {
+      v[e] = c0.get(e) * rstd * w0.get(e);
+      v[kChunk + e] = c1.get(e) * rstd * w1.get(e);
+    }
+    out.pair(j, v, ok0);
+  } else {
+    emit_chunk(c0, w0, j, ok0, rstd, out);
+    emit_chunk(c1, w1, j + 8, ok1, rstd, out);
+  }
+}
+
+// emit_chunk / emit_pair over a thread's ITEMS chunks c of a pass starting at chunk base;
+// weight(i, j, ok): the weight's chunk j for item i.
+template <int KIND, int TPR, int ITEMS, class Weight, class Out>
+CG_DEVICE void emit_items(const Chunk<KIND> (&c)[ITEMS], const Weight& weight, int r, int base,
+                          int nchunk, bool row_ok, float rstd, const Out& out) {
+  using L = Items<TPR, ITEMS>;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int j = base + L::chunk(r, i);
+    const bool ok = row_ok && j < nchunk;
+    if (!L::kPaired) {
+      emit_chunk(c[i], weight(i, j, ok), j, ok, rstd, out);
+    } else if (i % 2 == 0) {
+      const bool ok1 = row_ok && j + 8 < nchunk;
+      emit_pair(c[i], c[i + 1], weight(i, j, ok), weight(i + 1, j + 8, ok1), j, ok, ok1, rstd,
+                out);
+    }
+  }
+}
+
 // One row, seen from thread r = tid % TPR of its TPR threads (tid: threadIdx.x): optional
 // residual add, sum of squares, scale, then out(j, v, ok) for every chunk j the thread owns
 // (emit_chunk). out is called by every lane of a wave together, in the same order, valid or
@@ -195,51 +257,49 @@ template <int KIND, int TPR, int ITEMS, bool TWO_PASS, int WAVE, bool VECTOR, bo
 CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int h, float eps,
                            bool row_ok, int tid, float* smem, const Out& out) {
   using C = Chunk<KIND>;
+  using L = Items<TPR, ITEMS>;
   const int r = int(uint32_t(tid) % TPR);
   const int nchunk = (h + kChunk - 1) / kChunk;
   auto count = [&](int j, bool ok) { return ok ? h - j * kChunk : 0; };
   float ss = 0.0f;
   if constexpr (!TWO_PASS) {
     C c[ITEMS], wc[ITEMS], a[RESIDUAL ? ITEMS : 1];
-    // This thread's first chunk in each array; chunk i lies i * TPR chunks further.
-    const int lane = r * (kChunk * C::BYTES), step = TPR * kChunk;
+    // This thread's first chunk in each array; item i lies L::offset(i) chunks further.
+    const int lane = L::lane(r) * (kChunk * C::BYTES);
     const uint8_t* xr = opaque(x + lane);
     const uint8_t* wr = opaque(w + lane);
     const uint8_t* ar = RESIDUAL ? opaque(res + lane) : nullptr;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
-      const int j = r + i * TPR;
+      const int j = L::chunk(r, i), off = L::offset(i) * kChunk;
       const int n = count(j, row_ok && j < nchunk);
-      c[i].template load<VECTOR, Src::kStream>(xr, i * step, n);
-      if constexpr (RESIDUAL) a[i].template load<VECTOR, Src::kCoherent>(ar, i * step, n);
-      wc[i].template load<VECTOR, Src::kReadOnly>(wr, i * step, n);
+      c[i].template load<VECTOR, Src::kStream>(xr, off, n);
+      if constexpr (RESIDUAL) a[i].template load<VECTOR, Src::kCoherent>(ar, off, n);
+      wc[i].template load<VECTOR, Src::kReadOnly>(wr, off, n);
     }
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
-      const int j = r + i * TPR;
+      const int j = L::chunk(r, i);
       const bool ok = row_ok && j < nchunk;
       add_residual<KIND, VECTOR, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res, j, count(j, ok), ok);
       sum_squares(ss, c[i]);
     }
     const float rstd = rms_scale(row_sum<TPR, WAVE>(ss, tid, smem), h, eps);
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int j = r + i * TPR;
-      emit_chunk(c[i], wc[i], j, row_ok && j < nchunk, rstd, out);
-    }
+    emit_items<KIND, TPR, ITEMS>(c, [&](int i, int, bool) { return wc[i]; }, r, 0, nchunk,
+                                 row_ok, rstd, out);
   } else {
     for (int base = 0; base < nchunk; base += TPR * ITEMS) {
       C c[ITEMS], a[RESIDUAL ? ITEMS : 1];
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
-        const int j = base + r + i * TPR;
+        const int j = base + L::chunk(r, i);
         const int n = count(j, row_ok && j < nchunk);
         c[i].template load<VECTOR, Src::kStream>(x, j * kChunk, n);
         if constexpr (RESIDUAL) a[i].template load<VECTOR, Src::kCoherent>(res, j * kChunk, n);
       }
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
-        const int j = base + r + i * TPR;
+        const int j = base + L::chunk(r, i);
         const bool ok = row_ok && j < nchunk;
         add_residual<KIND, VECTOR, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res, j, count(j, ok), ok);
         sum_squares(ss, c[i]);
@@ -252,16 +312,13 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
       C c[ITEMS], wc[ITEMS];
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
-        const int j = base + r + i * TPR;
+        const int j = base + L::chunk(r, i);
         const int n = count(j, row_ok && j < nchunk);
         c[i].template load<VECTOR, RESIDUAL ? Src::kCoherent : Src::kStream>(src, j * kChunk, n);
         wc[i].template load<VECTOR, Src::kReadOnly>(w, j * kChunk, n);
       }
-#pragma unroll
-      for (int i = 0; i < ITEMS; ++i) {
-        const int j = base + r + i * TPR;
-        emit_chunk(c[i], wc[i], j, row_ok && j < nchunk, rstd, out);
-      }
+      emit_items<KIND, TPR, ITEMS>(c, [&](int i, int, bool) { return wc[i]; }, r, base, nchunk,
+                                   row_ok, rstd, out);
     }
   }
 }
@@ -288,6 +345,7 @@ CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* 
                                    const OutFor& out_for) {
   static_assert(STAGES >= 2, "one row in flight at least");
   using C = Chunk<KIND>;
+  using L = Items<TPR, ITEMS>;
   constexpr int RPB = BLOCK / TPR;
   const int r = tid % TPR, g = tid / TPR;
   const int nchunk = h / kChunk;
@@ -303,7 +361,7 @@ CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* 
       uint8_t* dst = slot(k);
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
-        const int j = r + i * TPR;
+        const int j = L::chunk(r, i);
         if (j < nchunk) {
 #pragma unroll
           for (int p = 0; p < C::PIECES; ++p) {
@@ -328,7 +386,7 @@ CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* 
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
-      const int j = r + i * TPR;
+      const int j = L::chunk(r, i);
       const int n = row_ok && j < nchunk ? kChunk : 0;
       c[i].template load<true, Src::kCoherent>(src, j * kChunk, n);
       if constexpr (RESIDUAL) {
@@ -337,7 +395,7 @@ CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* 
     }
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
-      const int j = r + i * TPR;
+      const int j = L::chunk(r, i);
       const bool ok = row_ok && j < nchunk;
       add_residual<KIND, true, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res_row, j, ok ? kChunk : 0,
                                          ok);
@@ -349,22 +407,20 @@ CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* 
     // two rows before against its next writes.
     const float rstd = rms_scale(row_sum<TPR, WAVE>(ss, tid, red + (k & 1) * (BLOCK / WAVE)),
                                  h, eps);
-    const auto out = out_for(row_ok ? t : 0);
-#pragma unroll
-    for (int i = 0; i < ITEMS; ++i) {
-      const int j = r + i * TPR;
-      const bool ok = row_ok && j < nchunk;
-      C wc;  // from L1 / L2: held across rows it would cost occupancy
+    // The weight from L1 / L2 as it is used: held across rows it would cost occupancy.
+    auto weight = [&](int, int j, bool ok) {
+      C wc;
       wc.template load<true, Src::kReadOnly>(w, j * kChunk, ok ? kChunk : 0);
-      emit_chunk(c[i], wc, j, ok, rstd, out);
-    }
+      return wc;
+    };
+    emit_items<KIND, TPR, ITEMS>(c, weight, r, 0, nchunk, row_ok, rstd, out_for(row_ok ? t : 0));
   }
 }
 
 // Output of rmsnorm: y = dtype(v), one rounding.
 template <int KIND, bool VECTOR>
 struct StoreRow {
-  static constexpr bool kShuffles = false;
+  static constexpr bool kShuffles = false, kPairs = false;
   uint8_t* y;  // this row of y
   int h;
   CG_DEVICE void operator()(int j, const float (&v)[kChunk], bool ok) const {
@@ -377,26 +433,44 @@ struct StoreRow {
 
 #if defined(CG_FP8_MAX)
 // Output of the fused kernels: v (fp32) group-quantized with quantize_group, the code the quant
-// kernel runs; a group of G = 8 TPG values lies in TPG consecutive lanes (TPG divides TPR).
+// kernel runs; a group of G = 8 TPG values lies in TPG consecutive lanes (TPG divides TPR) at
+// the same item, or, for G = 128 with paired items (Items), in 8 lanes holding 16 each (pair).
 // Optionally also y = dtype(v).
 template <int KIND, int TPG, bool UE8M0>
 struct QuantRow {
-  static constexpr bool kShuffles = true;
+  static constexpr bool kShuffles = true, kPairs = TPG == 16;
   uint8_t* q;          // this row of q (fp8, contiguous)
   float* scales;       // this row's first scale
   int64_t scale_col;   // element stride between the row's scales
   uint8_t* y;          // this row of y, or null
+
+  // Chunk j, v its 8 values.
   CG_DEVICE void operator()(int j, const float (&v)[kChunk], bool ok) const {
     uint32_t bytes[kChunk / 4];
     const float scale = quantize_group<TPG, kChunk, UE8M0>(v, bytes);
-    if (!ok) return;
+    if (ok) write(j, bytes, v, scale);
+  }
+
+  // Chunks j and j + 8 (j % 16 < 8), v their 16 values: half of a group each.
+  CG_DEVICE void pair(int j, const float (&v)[2 * kChunk], bool ok) const {
+    uint32_t bytes[2 * kChunk / 4];
+    const float scale = quantize_group<TPG / 2, 2 * kChunk, UE8M0>(v, bytes);
+    if (ok) write(j, bytes, v, scale), write(j + 8, bytes + 2, v + kChunk, scale);
+  }
+
+ private:
+  // Chunk j's bytes, its y values, and its group's scale if it is the group's first chunk.
+  CG_DEVICE void write(int j, const uint32_t* bytes, const float* v, float scale) const {
     const uint32_t u = uint32_t(j);  // unsigned: / and % by TPG are a shift and a mask
     *reinterpret_cast<uint2*>(q + u * kChunk) = make_uint2(bytes[0], bytes[1]);
     float* s = scales + int64_t(u / TPG) * scale_col;  // outside the branch: a predicated store
     if (u % TPG == 0) *s = scale;
     if (y != nullptr) {
+      float e[kChunk];
+#pragma unroll
+      for (int i = 0; i < kChunk; ++i) e[i] = v[i];
       Chunk<KIND> c;
-      c.set(v);
+      c.set(e);
       c.template store<true>(y, j * kChunk, kChunk);
     }
   }
