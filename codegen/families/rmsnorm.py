@@ -3,14 +3,13 @@
 Layout (see templates/include/codegen/rmsnorm.cuh, Items): a row is cut into chunks of 8 elements
 for every dtype; TPR threads share a row, thread r owning chunks r, r + TPR, ..., or, in tiers of
 at most 256 threads with an even ITEMS, pairs of chunks 8 apart (a 128-element quant group in 8
-lanes instead of 16). The kernel for a row
-length is picked at run time by the launcher from the tier table below: the first tier whose
-register capacity (TPR * ITEMS chunks) holds the row, else the last one, which reads the row
-twice (the second read hits L2).
+lanes instead of 16). The kernel for a row length is picked at run time by the launcher from the
+tier table below: the first tier whose register capacity (TPR * ITEMS chunks) holds the row, else
+the last one, which reads the row twice (the second read hits L2).
 
-The rounding of a row's sum of squares depends only on H, TPR and the wave size, so the table is
-the same for every dtype and every family, up to ITEMS in the 1024-thread tiers (which does not
-change TPR): fp32 rmsnorm then sums exactly like the bf16 / fp16 kernels, and the fused kernels
+The rounding of a row's sum of squares depends only on H and the tier, so the table is the same
+for every dtype and every family, up to ITEMS in the 1024-thread tiers (whose layout does not
+depend on it): fp32 rmsnorm then sums exactly like the bf16 / fp16 kernels, and the fused kernels
 like the unfused ones (the parity tests check both bit for bit).
 """
 from __future__ import annotations
@@ -53,8 +52,8 @@ def tiers(dtype: str, wave: int) -> tuple[Tier, ...]:
       after the other: H200, bf16, H = 1536, kernel time at T = 1 / 16 / 256 went from
       2.21 / 2.46 / 2.82 to 1.81 / 2.02 / 2.40 us (rmsnorm) and 4.16 / 4.85 / 5.60 to
       2.46 / 3.26 / 3.74 us (rmsnorm_group_quant), and no slower at T = 16384. 256 threads would
-      hold one chunk each behind a block barrier. 3 chunks instead of 4 at H <= 1536 (same
-      threads, so the same sums) frees registers (rmsnorm 58 -> 47, fused_add_rmsnorm 69 -> 58):
+      hold one chunk each behind a block barrier. 3 chunks instead of 4 at H <= 1536 frees
+      registers (rmsnorm 58 -> 47, fused_add_rmsnorm 69 -> 58):
       H200, A/B, H = 1536, kernel time at T = 1 / 16 / 256 rmsnorm 1.92 / 2.04 / 2.45 ->
       1.82 / 1.96 / 2.30 us, rmsnorm_group_quant 2.64 / 2.79 / 3.23 -> 2.58 / 2.59 / 3.01;
       T = 4096: rmsnorm 11.9 -> 10.9 us, fused_add_rmsnorm 17.4 -> 17.2, rmsnorm_group_quant

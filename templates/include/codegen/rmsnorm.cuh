@@ -4,14 +4,15 @@
 //
 // Layout: a row of H elements is cut into chunks of 8 consecutive elements, for every dtype (one
 // 16-byte load for bf16/fp16, two for fp32). TPR threads share a row, each holding ITEMS chunks
-// (Items below: 128 or 256 bytes in a run for every 8 lanes, so coalesced). Each thread's sum of
-// squares is accumulated in item order, element
-// by element with an explicit fma; the TPR partial sums are combined with an xor butterfly over
-// min(TPR, WAVE) lanes and, when TPR > WAVE, the row's per-wave sums are added in wave order
-// through shared memory. The rounding of the sum is thus a function of (H, TPR, WAVE) only: not of
-// the dtype, of how many chunks a thread keeps in registers, of vector or scalar loads, nor of
-// whether the row is read once or twice. Hence fp32 rmsnorm on x.float() sums exactly like the
-// bf16/fp16 kernels on x, and the fused and unfused kernels agree bit for bit.
+// (Items below: every 8 lanes read 128 consecutive bytes, so loads coalesce). Each thread's sum
+// of squares is accumulated in item order, element by element with an explicit fma; the TPR
+// partial sums are combined with an xor butterfly over min(TPR, WAVE) lanes and, when
+// TPR > WAVE, the row's per-wave sums are added in wave order through shared memory. The
+// rounding of the sum is thus a function of H and the tier (TPR, ITEMS, WAVE) only: not of the
+// dtype (the tiers are the same for every dtype but for the ITEMS of 1024-thread rows, whose
+// layout does not depend on it), of vector or scalar loads, nor of whether the row is read once
+// or twice. Hence fp32 rmsnorm on x.float() sums exactly like the bf16/fp16 kernels on x, and the
+// fused and unfused kernels agree bit for bit.
 #pragma once
 #include "codegen/group_quant.cuh"
 
