@@ -103,9 +103,8 @@ def test_quotients_on_rounding_boundaries(dtype, g):
 @pytest.mark.parametrize("g", [32, 128])
 def test_few_boundary_values_per_wave(dtype, g):
     """Random groups with a few values on or beside rounding midpoints, at densities from a
-    handful of lanes per wave to most of them: the exact quotients of the lanes that need them
-    are spread over the wave (group_quant.cuh, exact_quotients) up to a number of lanes, and
-    computed by each lane itself beyond it; both must give the reference's bytes."""
+    handful of lanes per wave to most of them, among values far from any: every quotient must
+    give the reference's bytes however many of a wave's values sit at a boundary."""
     fp8_dtype, fmax = fp8_info()
     t = 256
     edge = boundary_rows(t, g, DTYPES[dtype], fmax, fp8_dtype == torch.float8_e4m3fnuz)
