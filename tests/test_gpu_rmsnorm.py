@@ -187,7 +187,8 @@ def test_large_t():
 # More row groups than blocks fit on the device at once: only then do the launchers stream rows
 # through shared memory (where the target does: on the H200, rmsnorm with 1024-thread rows,
 # here 16384, and rmsnorm_group_quant with rows of up to 64 threads, here 128 and 1536), and the
-# buffers wrap around many times.
+# buffers wrap around many times; the register kernels then prefetch later rows into L2 (sm_90a),
+# following the row stride.
 @pytest.mark.parametrize("t,h", [(40000, 128), (40000, 1536), (16384, 4096), (4096, 7168),
                                  (2048, 16384)])
 def test_many_rows_per_block(t, h):
@@ -202,6 +203,9 @@ def test_many_rows_per_block(t, h):
     assert_same(res, reference.residual_add(x, r0), "residual written in place")
     assert_same(y2, ops.rmsnorm(res, w, EPS), "fused_add vs add then rmsnorm")
     run_fused_quant(x, w, 128, "col_tma", False, True)
+    xs = data(t, h + 16, torch.bfloat16)[:, 8:8 + h]  # rows 16-byte aligned, stride > H
+    assert_same(ops.rmsnorm(xs, w, EPS), ops.rmsnorm(xs.contiguous(), w, EPS), "strided rows")
+    run_fused_quant(xs, w, 128, "row", False, True)
 
 
 def test_row_lengths_alternating():

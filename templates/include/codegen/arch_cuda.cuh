@@ -100,6 +100,12 @@ CG_DEVICE void copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory
 template <int N>
 CG_DEVICE void copy_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 
+// Starts reading `bytes` at p into L2 (a bulk prefetch: no registers, nothing to wait for).
+// p 16-byte aligned, bytes a multiple of 16.
+CG_DEVICE void prefetch_l2(const void* p, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes));
+}
+
 #if defined(CG_FP8_MAX)
 // Four floats to four OCP e4m3 bytes (a in the lowest byte), round to nearest even.
 // Inputs are already clamped to +-CG_FP8_MAX; NaN stays NaN.

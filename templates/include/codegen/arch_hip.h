@@ -23,6 +23,9 @@ CG_DEVICE int grid_x() { return int(gridDim.x); }
 template <class T>
 CG_DEVICE T* opaque(T* p) { return p; }
 
+// As arch_cuda.cuh's prefetch_l2: a no-op here.
+CG_DEVICE void prefetch_l2(const void*, uint32_t) {}
+
 CG_DEVICE float bits_to_float(uint32_t u) { return __builtin_bit_cast(float, u); }
 CG_DEVICE uint32_t float_to_bits(float f) { return __builtin_bit_cast(uint32_t, f); }
 
