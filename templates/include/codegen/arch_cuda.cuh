@@ -101,7 +101,8 @@ template <int N>
 CG_DEVICE void copy_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 
 // Starts reading `bytes` at p into L2 (a bulk prefetch: no registers, nothing to wait for).
-// p 16-byte aligned, bytes a multiple of 16.
+// p 16-byte aligned, bytes a multiple of 16. kPrefetchL2: whether launchers should ask for it.
+constexpr bool kPrefetchL2 = true;
 CG_DEVICE void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes));
 }

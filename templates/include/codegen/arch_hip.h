@@ -24,7 +24,8 @@ template <class T>
 CG_DEVICE T* opaque(T* p) { return p; }
 
 // As arch_cuda.cuh's prefetch_l2: a no-op on AMD, where whether a prefetch pays cannot be
-// measured (the H200 figures are in rmsnorm.cuh).
+// measured (the H200 figures are in rmsnorm.cuh); launchers then pass no distance at all.
+constexpr bool kPrefetchL2 = false;
 CG_DEVICE void prefetch_l2(const void*, uint32_t) {}
 
 CG_DEVICE float bits_to_float(uint32_t u) { return __builtin_bit_cast(float, u); }

@@ -512,14 +512,15 @@ CG_DEVICE void prefetch_rows(const uint8_t* x, const uint8_t* res, int64_t x_str
   }
 }
 
-// prefetch_rows' distance: the rows of half the blocks resident at once, 0 if the grid fits on
-// the device at once. H200, bf16, kernel time against no prefetch (us): rmsnorm 16384 x 8192
-// 140 -> 130, fused_add_rmsnorm 16384 x 4096 141 -> 130, rmsnorm_group_quant 16384 x 4096
-// 72 -> 65 and 4096 x 7168 30.3 -> 29.7. The rows of all resident blocks ahead gained less and
-// lost at some shapes (fused_add_rmsnorm 16384 x 7168 236 -> 242); a quarter of them about the
-// same as half.
+// prefetch_rows' distance: the rows of half the blocks resident at once; 0 if the grid fits on
+// the device at once or the target does not prefetch. H200, bf16, kernel time against no
+// prefetch (us): rmsnorm 16384 x 8192 140 -> 130, fused_add_rmsnorm 16384 x 4096 141 -> 130,
+// rmsnorm_group_quant 16384 x 4096 72 -> 65 and 4096 x 7168 30.3 -> 29.7. The rows of all
+// resident blocks ahead gained less and lost at some shapes (fused_add_rmsnorm 16384 x 7168
+// 236 -> 242); a quarter of them about the same as half.
 template <int KEY, class Kernel>
 static int64_t prefetch_distance(Kernel kernel, int block, int rows_per_block, int64_t blocks) {
+  if (!kPrefetchL2) return 0;
   const int64_t resident = resident_blocks<KEY>(kernel, block);
   return resident > 0 && blocks > resident ? resident / 2 * rows_per_block : 0;
 }
