@@ -48,3 +48,9 @@ def build_jobs() -> int | None:
 def verbose() -> bool:
     """CODEGEN_VERBOSE=1: print compiler commands and JIT cache decisions."""
     return os.environ.get("CODEGEN_VERBOSE", "0") not in ("", "0")
+
+
+def amd_emulator() -> Path | None:
+    """CODEGEN_AMD_EMULATOR: a tinygrad checkout whose mock AMD GPU runs gfx code objects (the
+    emu tests, codegen.emu); unset: those tests skip."""
+    return _path("CODEGEN_AMD_EMULATOR")

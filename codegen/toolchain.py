@@ -92,9 +92,44 @@ def find(target: Target) -> Toolchain:
     return Toolchain("clang", exe, _version(exe), flags, False)
 
 
+EMU_SHIM = Path(__file__).resolve().parent / "emu" / "hip_shim.hip"
+
+
 def asm_flags(tc: Toolchain) -> tuple[str, ...]:
     """Flags that make a HIP toolchain emit device assembly (.s) instead of a module."""
     flags = [f for f in tc.flags if f not in ("-fPIC", "-shared")]
     if "--cuda-device-only" not in flags:
         flags.append("--cuda-device-only")
     return (*flags, "-S")
+
+
+# The ABI constant ROCm's oclc_abi_version_500.bc defines, which the device library reads.
+OCLC_ABI_SOURCE = ('__attribute__((visibility("hidden"))) __constant int __oclc_ABI_version'
+                   ' = 500;\n')
+
+
+def device_library(tc: Toolchain) -> Path:
+    """ockl.bc (what threadIdx / gridDim go through) shipped beside the HIP headers."""
+    rocm_path = next(f for f in tc.flags if f.startswith("--rocm-path="))
+    return Path(rocm_path.split("=", 1)[1]) / "lib" / "ockl.bc"
+
+
+def code_object_flags(tc: Toolchain, abi_bc: str) -> tuple[str, ...]:
+    """A loadable gfx code object (ELF) from the offline toolchain: the assembly flags without
+    -S, unbundled, with the device library and the ABI constant linked in."""
+    flags = [f for f in asm_flags(tc) if f != "-S"]
+    return (*flags, "--no-gpu-bundle-output", "-Xclang", "-mlink-builtin-bitcode", "-Xclang",
+            str(device_library(tc)), "-Xclang", "-mlink-builtin-bitcode", "-Xclang", abi_bc)
+
+
+def abi_flags(tc: Toolchain) -> tuple[str, ...]:
+    arch = next(f for f in tc.flags if f.startswith("--offload-arch=")).split("=", 1)[1]
+    return ("-x", "cl", "-cl-std=CL2.0", "-target", "amdgcn-amd-amdhsa", f"-mcpu={arch}",
+            "-nogpulib", "-c", "-emit-llvm")
+
+
+def host_flags(tc: Toolchain) -> tuple[str, ...]:
+    """The host half of a HIP source, compiled for this CPU (the emulator's launchers):
+    no device pass, no HIP runtime library; -O1 is plenty for a launcher."""
+    flags = [f for f in tc.flags if f not in ("--cuda-device-only", "-O3")]
+    return (*flags, "--cuda-host-only", "-O1", "-fPIC")

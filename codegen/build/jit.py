@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from functools import cache
 from pathlib import Path
 
 from filelock import FileLock
@@ -21,7 +22,8 @@ from .. import __version__, knobs
 from ..render import ROOT, included_headers, render, source_suffix
 from ..spec import Variant
 from ..toolchain import Toolchain, find
-from .ninja import Edge, ninja_text, outputs_for
+from ..toolchain import EMU_SHIM, device_library
+from .ninja import Edge, ninja_text, outputs_for, support_files
 
 ABI = "ctypes-1"   # how modules are bound; bump when the launcher convention changes
 GENERATED = ROOT / "generated"
@@ -37,8 +39,20 @@ class CompileError(RuntimeError):
             f"  repro: ninja -C {source.parent}\n--- compiler output ---\n{output}")
 
 
-def cache_key(variant: Variant, source: str, tc: Toolchain) -> str:
-    """Content hash of everything that decides the bytes of the built module."""
+@cache
+def _file_hash(path: Path, _stamp: tuple) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def file_hash(path: Path) -> str:
+    """Content hash of a file, recomputed when its size or mtime changes."""
+    st = path.stat()
+    return _file_hash(path, (st.st_size, st.st_mtime_ns))
+
+
+def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -> str:
+    """Content hash of everything that decides the bytes of the built module; emu: also of
+    the emulator outputs (codegen.emu) and what they link."""
     h = hashlib.sha256()
     parts = {
         "source": source,
@@ -50,6 +64,8 @@ def cache_key(variant: Variant, source: str, tc: Toolchain) -> str:
         "abi": ABI,
         "uri": variant.uri,
     }
+    if emu:
+        parts["emu"] = {"shim": file_hash(EMU_SHIM), "device_library": file_hash(device_library(tc))}
     h.update(json.dumps(parts, sort_keys=True).encode())
     return h.hexdigest()[:24]
 
@@ -98,14 +114,15 @@ def _aot_module(variant: Variant, key: str) -> Path | None:
     return None
 
 
-def compile_variant(variant: Variant, loadable: bool = False) -> Path:
-    """Build (or find in the cache) one variant; returns its build dir, or the .so if loadable."""
+def compile_variant(variant: Variant, loadable: bool = False, emu: bool = False) -> Path:
+    """Build (or find in the cache) one variant; returns its build dir, or the .so if loadable.
+    emu: the build dir also holds the code object and CPU launcher the emulator runs."""
     tc = find(variant.target)
     if loadable and not tc.loadable:
         raise RuntimeError(f"toolchain {tc.name} for {variant.arch} builds assembly only, "
                            f"not a loadable module; set ROCM_PATH to a ROCm install")
     source = render(variant)
-    key = cache_key(variant, source, tc)
+    key = cache_key(variant, source, tc, emu)
     if loadable and (aot := _aot_module(variant, key)):
         return aot
     base = knobs.cache_dir() / variant.arch / variant.uri
@@ -114,14 +131,14 @@ def compile_variant(variant: Variant, loadable: bool = False) -> Path:
         base.mkdir(parents=True, exist_ok=True)
         with FileLock(str(base) + ".lock"):
             if not final.exists():    # second look: another process may have built it
-                _build_and_publish(variant, source, tc, base, final)
+                _build_and_publish(variant, source, tc, base, final, emu)
     if loadable:
         return final / f"{variant.uri}.so"
     return final
 
 
 def _build_and_publish(variant: Variant, source: str, tc: Toolchain, base: Path,
-                       final: Path) -> None:
+                       final: Path, emu: bool = False) -> None:
     global BUILDS
     BUILDS += 1
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=base))
@@ -129,7 +146,10 @@ def _build_and_publish(variant: Variant, source: str, tc: Toolchain, base: Path,
         src = staging / f"{variant.uri}{source_suffix(variant)}"
         src.write_text(source)
         headers = tuple(str(p) for p in included_headers(source))
-        edges = [Edge(out, src.name, rule, headers) for out, rule in outputs_for(tc, variant.uri)]
+        edges = [Edge(out, src.name, rule, headers)
+                 for out, rule in outputs_for(tc, variant.uri, emu)]
+        for name, text in support_files(edges).items():
+            (staging / name).write_text(text)
         (staging / "build.ninja").write_text(ninja_text(tc, edges))
         result = run_ninja(staging)
         if result.returncode != 0:

@@ -5,7 +5,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..toolchain import Toolchain, asm_flags
+from ..toolchain import (EMU_SHIM, OCLC_ABI_SOURCE, Toolchain, abi_flags, asm_flags,
+                         code_object_flags, host_flags)
 
 
 @dataclass(frozen=True)
@@ -16,13 +17,31 @@ class Edge:
     headers: tuple[str, ...] = ()   # absolute paths the source includes
 
 
-def outputs_for(tc: Toolchain, stem: str) -> list[tuple[str, str]]:
-    """(output file, rule) pairs a toolchain produces for one source."""
+# The emulator's two halves of a gfx variant (codegen.emu): device code object, host launcher.
+EMU_OUTPUTS = ("co", "host")
+ABI_BC = "oclc_abi.bc"      # built in each build dir from OCLC_ABI_SOURCE (oclc_abi.cl)
+SHIM_OBJECT = "hip_shim.o"
+
+
+def outputs_for(tc: Toolchain, stem: str, emu: bool = False) -> list[tuple[str, str]]:
+    """(output file, rule) pairs a toolchain produces for one source; emu adds the code object
+    and the CPU launcher the emulator runs (offline gfx toolchain only)."""
     if tc.name == "nvcc":
-        return [(f"{stem}.so", "module")]
-    if tc.name == "rocm":
-        return [(f"{stem}.so", "module"), (f"{stem}.s", "asm")]
-    return [(f"{stem}.s", "asm")]
+        outs = [(f"{stem}.so", "module")]
+    elif tc.name == "rocm":
+        outs = [(f"{stem}.so", "module"), (f"{stem}.s", "asm")]
+    else:
+        outs = [(f"{stem}.s", "asm")]
+    if emu:
+        if tc.name != "clang":
+            raise ValueError(f"emulator outputs need the offline gfx toolchain, not {tc.name}")
+        outs += [(f"{stem}.co", "co"), (f"{stem}.host.so", "host")]
+    return outs
+
+
+def support_files(edges: list[Edge]) -> dict[str, str]:
+    """Files the builder writes beside build.ninja for these edges (name -> text)."""
+    return {"oclc_abi.cl": OCLC_ABI_SOURCE} if any(e.kind == "co" for e in edges) else {}
 
 
 def _escape(path: str) -> str:
@@ -48,10 +67,47 @@ def ninja_text(tc: Toolchain, edges: list[Edge]) -> str:
         "  description = asm $out",
         "",
     ]
+    if any(e.kind in EMU_OUTPUTS for e in edges):
+        lines += _emu_rules(tc)
     for e in edges:
+        extra = {"co": (ABI_BC,), "host": (SHIM_OBJECT,)}.get(e.kind, ())
+        e = Edge(e.output, e.source, e.kind, (*e.headers, *extra))
         implicit = " | " + " ".join(_escape(h) for h in e.headers) if e.headers else ""
         lines.append(f"build {_escape(e.output)}: {e.kind} {_escape(e.source)}{implicit}")
     return "\n".join(lines) + "\n"
+
+
+def _emu_rules(tc: Toolchain) -> list[str]:
+    q = " ".join
+    host = q(shlex.quote(f) for f in host_flags(tc))
+    return [
+        "co_flags = " + q(shlex.quote(f) for f in code_object_flags(tc, ABI_BC)),
+        "host_flags = " + host,
+        "",
+        "rule abi",
+        "  command = $compiler " + q(abi_flags(tc)) + " -o $out $in",
+        "  description = abi $out",
+        "",
+        "rule co",
+        "  command = " + "$compiler {flags} -o $out $in > $out.log 2>&1 || (cat $out.log; exit 1)"
+        .format(flags="$co_flags"),
+        "  description = code object $out",
+        "",
+        # -fuse-cuid=none: the registration refers to __hip_fatbin, which the shim defines.
+        "rule host",
+        "  command = ($compiler $host_flags -fuse-cuid=none -c -o $out.o $in && $compiler -shared"
+        f" -Wl,-Bsymbolic -o $out $out.o {SHIM_OBJECT} -lstdc++) > $out.log 2>&1"
+        " || (cat $out.log; exit 1)",
+        "  description = host launcher $out",
+        "",
+        "rule shim",
+        "  command = $compiler $host_flags -c -o $out $in",
+        "  description = hip shim $out",
+        "",
+        f"build {ABI_BC}: abi oclc_abi.cl",
+        f"build {SHIM_OBJECT}: shim {_escape(str(EMU_SHIM))}",
+        "",
+    ]
 
 
 def write_if_different(path: Path, text: str) -> bool:

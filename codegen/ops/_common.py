@@ -8,6 +8,23 @@ from ..dispatch import arch_of, kernel, variant_for
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 LIB = torch.library.Library("codegen", "DEF")
 
+# Host (CPU) tensors run on an emulated AMD GPU while one is attached (codegen.emu.attach): an
+# object with .arch and .kernel(variant) -> launcher. Every per-device cache of the ops is in
+# CACHES, so that attaching another device starts them afresh.
+emulated = None
+CACHES: list[dict | set] = []
+
+
+def attach_emulated(device) -> None:
+    global emulated
+    emulated = device
+    for c in CACHES:
+        c.clear()
+
+
+def on_emulator(t: torch.Tensor) -> bool:
+    return emulated is not None and t.device.type == "cpu"
+
 
 def check_tensor(name: str, t: torch.Tensor, dtypes=tuple(DTYPE_NAMES), ndim: int | None = None,
                  any_strides: bool = False):
@@ -18,18 +35,20 @@ def check_tensor(name: str, t: torch.Tensor, dtypes=tuple(DTYPE_NAMES), ndim: in
                         f"{[str(d) for d in dtypes]}")
     if ndim is not None and t.dim() != ndim:
         raise ValueError(f"{name}: expected {ndim} dims, got shape {tuple(t.shape)}")
-    if t.device.type != "cuda":
+    if t.device.type != "cuda" and not on_emulator(t):
         raise ValueError(f"{name}: must be on a GPU (cuda/hip device), got device {t.device}")
     if not any_strides and t.dim() and t.stride(-1) != 1 and t.numel() > 1:
         raise ValueError(f"{name}: last dim must be contiguous (stride 1), got strides {t.stride()}")
 
 
 def arch(t: torch.Tensor) -> str:
+    if on_emulator(t):
+        return emulated.arch
     return arch_of(t.device.index if t.device.index is not None else torch.cuda.current_device())
 
 
 def stream(t: torch.Tensor) -> int:
-    return torch._C._cuda_getCurrentRawStream(t.device.index)
+    return torch._C._cuda_getCurrentRawStream(t.device.index) if t.is_cuda else 0
 
 
 def check_rc(rc: int, what: str) -> None:
@@ -38,6 +57,7 @@ def check_rc(rc: int, what: str) -> None:
 
 
 _launchers: dict[tuple, tuple] = {}
+CACHES.append(_launchers)
 
 
 def launcher(family: str, x: torch.Tensor, **params):
@@ -46,5 +66,5 @@ def launcher(family: str, x: torch.Tensor, **params):
     hit = _launchers.get(key)
     if hit is None:
         v = variant_for(family, arch(x), **params)
-        hit = _launchers[key] = (kernel(v), v.uri)
+        hit = _launchers[key] = (emulated.kernel(v) if on_emulator(x) else kernel(v), v.uri)
     return hit

@@ -6,7 +6,7 @@ import torch
 from ..dispatch import Unsupported
 from ..families import gemm as fam
 from ..targets import get_target
-from ._common import LIB, arch, check_rc, check_tensor, launcher, stream
+from ._common import CACHES, LIB, arch, check_rc, check_tensor, launcher, on_emulator, stream
 
 LIB.define("gemm_a8w8_blockscale(Tensor a, Tensor a_scales, Tensor b, Tensor b_scales) -> Tensor")
 
@@ -17,6 +17,7 @@ def _fake(a, a_scales, b, b_scales):
 
 
 _picks: dict[tuple, tuple] = {}
+CACHES.append(_picks)
 
 
 def fp8_dtype_of(arch_name: str) -> torch.dtype:
@@ -67,7 +68,8 @@ LIB.impl("gemm_a8w8_blockscale", _impl, "CUDA")
 
 def _check(a, a_scales, b, b_scales) -> None:
     try:
-        target = get_target(arch(a)) if isinstance(a, torch.Tensor) and a.is_cuda else None
+        target = get_target(arch(a)) if isinstance(a, torch.Tensor) and (
+            a.is_cuda or on_emulator(a)) else None
     except ValueError as e:
         raise Unsupported(f"a: device arch not supported: {e}") from None
     fp8 = {getattr(torch, f.torch_dtype) for f in target.fp8_formats} if target else {
@@ -103,6 +105,7 @@ def _check(a, a_scales, b, b_scales) -> None:
 
 
 _checked: set = set()
+CACHES.append(_checked)
 
 
 def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor,

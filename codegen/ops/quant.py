@@ -6,7 +6,7 @@ import torch
 from ..dispatch import Unsupported
 from ..families import quant as fam
 from ..targets import get_target
-from ._common import DTYPE_NAMES, LIB, arch, check_rc, check_tensor, launcher, stream
+from ._common import CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor, launcher, stream
 
 SCALE_LAYOUTS = ("row", "col", "col_tma")
 GROUP_SIZES = (32, 64, 128)
@@ -59,6 +59,7 @@ LIB.impl("per_token_group_quant_fp8", _impl, "CUDA")
 
 
 _fp8_cache: dict[tuple, tuple[torch.dtype, float]] = {}
+CACHES.append(_fp8_cache)
 
 
 def resolve_fp8(x: torch.Tensor, fp8_dtype, fp8_max) -> tuple[torch.dtype, float]:
@@ -95,6 +96,7 @@ def check_group(h: int, group_size: int, scale_layout: str) -> None:
 
 
 _plans: dict[tuple, tuple] = {}
+CACHES.append(_plans)
 
 
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,

@@ -14,7 +14,7 @@ import torch
 
 from ..families.dual_rmsnorm_quant import max_h as dual_max_h
 from ..targets import get_target
-from ._common import DTYPE_NAMES, LIB, arch, check_rc, check_tensor, launcher, stream
+from ._common import CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor, launcher, stream
 from .quant import SCALE_LAYOUTS, empty_scales, resolve_fp8
 
 QUANT_DTYPES = (torch.bfloat16, torch.float16)
@@ -123,6 +123,7 @@ class _Plan:
 
 
 _plans: dict[tuple, _Plan] = {}
+CACHES.append(_plans)
 
 
 def _signature(t: torch.Tensor) -> tuple:
