@@ -42,7 +42,13 @@ CG_DEVICE float max_abs(float m, float v) {
 CG_DEVICE float bf16_to_float(uint16_t h) { return bits_to_float(uint32_t(h) << 16); }
 CG_DEVICE float f16_to_float(uint16_t h) { return float(__builtin_bit_cast(_Float16, h)); }
 CG_DEVICE uint16_t float_to_bf16(float f) { return __builtin_bit_cast(uint16_t, __bf16(f)); }
-CG_DEVICE uint16_t float_to_f16(float f) { return __builtin_bit_cast(uint16_t, _Float16(f)); }
+// The empty asm keeps f a finished float: otherwise the backend folds the multiply that made it
+// into v_fma_mixlo_f16 with a +0 addend, which turns a -0 product into +0 (seen on gfx942 and
+// gfx1201 in the emulator: rmsnorm of a -0 input gave +0, the fused kernels -0).
+CG_DEVICE uint16_t float_to_f16(float f) {
+  asm("" : "+v"(f));
+  return __builtin_bit_cast(uint16_t, _Float16(f));
+}
 
 // Plain '/' and sqrt are IEEE-exact in HIP unless fast-math is on, which we never pass.
 CG_DEVICE float div_rn(float a, float b) { return a / b; }
