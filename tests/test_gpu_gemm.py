@@ -1,4 +1,4 @@
-"""L4: the FP8 block-scale GEMM on the GPU vs the fp64 torch reference (NUMERICS.md)."""
+"""L5: the FP8 block-scale GEMM on the GPU vs the fp64 torch reference (NUMERICS.md)."""
 import pytest
 import torch
 
@@ -7,6 +7,8 @@ from codegen.families import gemm as fam
 from codegen.spec import make_variant, validate
 from codegen.targets import device_arch, get_target
 
+from . import checks
+from .checks import rel_err
 from .gpu_data import poison_, rows_with_spread
 
 pytestmark = pytest.mark.gpu
@@ -22,26 +24,13 @@ def fp8_dtype():
 
 
 def quant_blocks(x: torch.Tensor, rows: int, cols: int = 128):
-    """x [R, C] -> (fp8, fp32 scales [ceil(R/rows), ceil(C/cols)]), one scale per block."""
-    dtype, fmax = fp8_dtype()
-    r, c = x.shape
-    pr, pc = -(-r // rows) * rows, -(-c // cols) * cols
-    xp = torch.zeros(pr, pc, device=x.device)
-    xp[:r, :c] = x.float()
-    blocks = xp.view(pr // rows, rows, pc // cols, cols)
-    s = blocks.abs().amax(dim=(1, 3)).clamp_min(1e-10) / fmax
-    q = (blocks / s[:, None, :, None]).clamp(-fmax, fmax).to(dtype).view(pr, pc)[:r, :c]
-    return q.contiguous(), s
+    return checks.quant_blocks(x, rows, *fp8_dtype(), cols)
 
 
 def make(m, n, k, gen=None):
     a, sa = quant_blocks(rows_with_spread(m, k, torch.float32, gen=gen), 1)
     b, sb = quant_blocks(torch.randn(n, k, device="cuda", generator=gen) * 0.05, 128)
     return a, sa, b, sb
-
-
-def rel_err(out, ref):
-    return ((out.float() - ref.float()).abs().mean() / ref.float().abs().mean()).item()
 
 
 def check(out, a, sa, b, sb):

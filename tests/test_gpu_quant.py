@@ -1,11 +1,12 @@
-"""L4: the generated quant kernels vs the torch reference on the GPU, bit-exact."""
+"""L5: the generated quant kernels vs the torch reference on the GPU, bit-exact."""
 import pytest
 import torch
 
 from codegen import ops, reference
 from codegen.ops.quant import empty_scales
 
-from .gpu_data import poison_, rows_with_spread
+from .checks import assert_quant_exact
+from .gpu_data import boundary_rows, poison_, rows_with_spread
 
 pytestmark = pytest.mark.gpu
 
@@ -34,9 +35,7 @@ def run_and_check(x, g, layout, ue8m0, fp8_max=None):
     else:
         pad = t if layout == "col" else (t + 3) // 4 * 4
         assert s.stride() == (1, pad)
-    diff = (q.view(torch.uint8) != rq.view(torch.uint8)).sum().item()
-    assert diff == 0, f"{diff} differing bytes"
-    assert torch.equal(s.contiguous().view(torch.int32), rs.view(torch.int32))
+    assert_quant_exact(q, s, rq, rs)
     return q, s
 
 
@@ -65,30 +64,6 @@ def test_strided_rows_and_zero_group():
     assert (q[3, :128].view(torch.uint8) == 0).all()
 
 
-def boundary_rows(t: int, g: int, dtype, fmax: float, fnuz: bool) -> torch.Tensor:
-    """Groups whose quotients x / scale fall on or beside fp8 rounding midpoints.
-
-    Each group holds its amax, fmax * c (so scale = c, one of 1.25, 1.5, 1.75 per row, whose
-    reciprocals are inexact), and values c m for fp8 midpoints m: normal ones 1.abc1 x 2^e, the
-    subnormal ones below the smallest normal value; also zeros and values too small to round to
-    anything but zero. In fp32 the values are moved up to 3 ulps off, so that the exact quotient
-    lies on either side of the midpoint while x * (1 / scale) may land on the other.
-    """
-    emin = -7 if fnuz else -6
-    mids = [(1 + (2 * k + 1) / 16) * 2.0 ** e for e in range(emin, 9) for k in range(8)]
-    mids = [m for m in mids if m < fmax]
-    mids += [(k + 0.5) * 2.0 ** (emin - 3) for k in range(8)] + [0.0, 2.0 ** -14]
-    gen = torch.Generator().manual_seed(t * g)
-    c = torch.tensor([1.25, 1.5, 1.75])[torch.randint(3, (t, 1), generator=gen)]
-    x = torch.tensor(mids)[torch.randint(len(mids), (t, g), generator=gen)] * c
-    if dtype == torch.float32:
-        for _ in range(3):
-            step = torch.randint(-1, 2, x.shape, generator=gen).float()
-            x = torch.where(step == 0, x, torch.nextafter(x, x + step))
-    x *= torch.where(torch.rand(t, g, generator=gen) < 0.5, -1.0, 1.0)
-    x[torch.arange(t), torch.randint(g, (t,), generator=gen)] = fmax * c[:, 0]
-    assert torch.equal(x.to(dtype).float(), x), "test values must be exact in the dtype"
-    return x.to(dtype).cuda()
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))

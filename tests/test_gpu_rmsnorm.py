@@ -1,4 +1,4 @@
-"""L4: the RMSNorm family on the GPU (NUMERICS.md, "RMSNorm family").
+"""L5: the RMSNorm family on the GPU (NUMERICS.md, "RMSNorm family").
 
 - normalized values vs the torch reference: max error <= 1 ulp of the output dtype for bf16 /
   fp16 (fp32 output, outside the contract: <= 8 ulp); the measured maxima are printed and, when
@@ -18,18 +18,15 @@ import torch
 from codegen import ops, reference
 from codegen.ops.quant import empty_scales
 
+from .checks import MEASURED, assert_same, check_ulps, check_vs_reference_quant
 from .gpu_data import poison_, rows_with_spread
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 EPS = 1e-6
-ULP_TOL = {torch.bfloat16: 1, torch.float16: 1, torch.float32: 8}
-MANT = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}
-MIN_EXP = {torch.bfloat16: -126, torch.float16: -14, torch.float32: -126}
 H_ODD = [64, 769, 1536, 5125, 7168, 8192, 16384, 32768]
 T_ODD = [0, 1, 7, 83, 2050]
-MEASURED: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -58,57 +55,6 @@ def poison_pool(*nbytes: int) -> None:
     """Poison freed blocks of these sizes, so the op's outputs are allocated over NaN bytes."""
     junk = [poison_(torch.empty(n, dtype=torch.uint8, device="cuda")) for n in nbytes if n]
     del junk
-
-
-def ulps(y: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |y - ref| in units of the last place of ref in ref's dtype."""
-    if not y.numel():
-        return 0.0
-    r = ref.float()
-    exp = (torch.frexp(r.abs())[1] - 1).clamp_min(MIN_EXP[ref.dtype])
-    ulp = torch.ldexp(torch.ones_like(r), exp - MANT[ref.dtype])
-    return ((y.float() - r).abs() / ulp).max().item()
-
-
-def check_ulps(name: str, y: torch.Tensor, ref: torch.Tensor) -> None:
-    assert y.shape == ref.shape and y.dtype == ref.dtype
-    assert not torch.isnan(y).any(), f"{name}: unwritten (NaN) outputs"
-    u = ulps(y, ref)
-    key = f"{name}_{str(ref.dtype).removeprefix('torch.')}"
-    MEASURED[key] = max(MEASURED.get(key, 0.0), u)
-    assert u <= ULP_TOL[ref.dtype], f"{name}: {u} ulp"
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    t = t.contiguous()
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
-
-
-def assert_same(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    assert a.shape == b.shape and a.dtype == b.dtype, what
-    diff = (bits(a) != bits(b)).sum().item()
-    assert diff == 0, f"{what}: {diff} elements differ"
-
-
-def fp8_steps(q: torch.Tensor, ref: torch.Tensor) -> tuple[int, int]:
-    """(bytes that differ, largest difference in fp8 steps) between two fp8 tensors."""
-    def ordered(t):
-        b = t.contiguous().view(torch.uint8).int()
-        return torch.where(b >= 128, 128 - b, b)     # sign-magnitude to a signed scale
-    d = (ordered(q) - ordered(ref)).abs()
-    return (d > 0).sum().item(), (d.max().item() if d.numel() else 0)
-
-
-def check_vs_reference_quant(q, s, rq, rs, ue8m0: bool) -> None:
-    n, worst = fp8_steps(q, rq)
-    # 0.1% of the bytes, and at least one byte for tensors under 1000 bytes
-    assert n <= max(1, 0.001 * q.numel()) and worst <= 1, \
-        f"{n} of {q.numel()} bytes differ, up to {worst} fp8 steps"
-    if ue8m0:
-        same = (s.contiguous() == rs).float().mean().item() if s.numel() else 1.0
-        assert same >= 0.999, f"{1 - same:.2%} of power-of-two scales differ"
-    else:
-        torch.testing.assert_close(s.contiguous(), rs, rtol=1e-5, atol=0)
 
 
 def fp8_info():
@@ -459,3 +405,13 @@ def test_bad_input_names_the_argument():
     big, bigw = data(4, 16384, torch.bfloat16), weight(16384, torch.bfloat16)
     with pytest.raises(ValueError, match="q: hidden size 16384 exceeds"):
         ops.dual_rmsnorm_group_quant(big, bigw, kv, kvw)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_rmsnorm_keeps_the_sign_of_zero(dtype):
+    """y of x = -0 is -0 (w > 0), on 16-byte rows and on the scalar path."""
+    base, w = data(3, 1024 + 8, DTYPES[dtype]), weight(1024, DTYPES[dtype]).abs()
+    base[:, ::3] = -0.0
+    for x in (base[:, :1024], base[:, 3:1027]):
+        zero = x == 0
+        assert_same(ops.rmsnorm(x, w, EPS)[zero], x[zero], f"{dtype}: signs of zero")
