@@ -2,7 +2,9 @@ PY ?= python3
 ARCH ?= gfx1201
 JOBS ?=
 
-.PHONY: setup build test bench clean
+EMULATOR ?= .emulator/tinygrad
+
+.PHONY: setup build test test-emu emulator bench clean
 
 setup:
 	@PY=$(PY) sh tools/setup.sh
@@ -12,6 +14,17 @@ build: setup
 
 test: setup
 	$(PY) -m pytest -q -ra tests
+
+# L4: the gfx code objects in the AMD ISA emulator (tools/get_emulator.sh puts it in EMULATOR);
+# the emulator compiles each instruction with an executable named `clang`.
+test-emu: setup
+	@$(PY) -c "import msgpack" 2>/dev/null || $(PY) -m pip install -q "msgpack>=1.0"
+	@mkdir -p .emulator/bin && ln -sf "$$(command -v clang-22)" .emulator/bin/clang
+	PATH="$(CURDIR)/.emulator/bin:$$PATH" CODEGEN_AMD_EMULATOR=$(EMULATOR) \
+	  $(PY) -m pytest -q -ra -m emu tests/test_emu.py
+
+emulator:
+	@sh tools/get_emulator.sh $(TINYGRAD_GIT)
 
 bench: setup
 	$(PY) -m codegen.bench

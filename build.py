@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build every default kernel variant for one GPU target, ahead of time.
 
-    python build.py --arch gfx1201 [--ops group_quant_fp8,...] [--jobs N]
+    python build.py --arch gfx1201 [--ops group_quant_fp8,...] [--jobs N] [--emu]
 
 Writes generated/<arch>/: the sources, build.ninja, the compiled modules or assembly,
 manifest.json (variants, status, resources) and dispatch.json, then prints a summary.
@@ -20,6 +20,9 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", required=True, help=f"one of {', '.join(TARGETS)}, or native")
     ap.add_argument("--ops", help="comma-separated kernel families (default: all)")
     ap.add_argument("--jobs", type=int, help="parallel compile jobs (default: ninja's)")
+    ap.add_argument("--emu", action="store_true",
+                    help="gfx targets: also the code objects and CPU launchers the AMD ISA "
+                         "emulator runs (make test-emu)")
     args = ap.parse_args(argv)
 
     try:
@@ -37,7 +40,7 @@ def main(argv=None) -> int:
     ops = args.ops.split(",") if args.ops else None
     try:
         with tqdm(desc=f"compiling for {arch}", unit="file", file=sys.stderr) as bar:
-            manifest = build(target, ops=ops, jobs=args.jobs, progress=bar)
+            manifest = build(target, ops=ops, jobs=args.jobs, progress=bar, emu=args.emu)
     except (ToolchainError, ValueError) as e:
         print(f"build.py: {e}", file=sys.stderr)
         return 2

@@ -24,7 +24,14 @@ def pytest_collection_modifyitems(config, items):
     require_isa = os.environ.get("CODEGEN_REQUIRE_ISA") == "1"
     no_isa = not _has_offline_amd_toolchain()
     no_gpu = not _has_gpu()
+    no_emu = None
+    if any("emu" in item.keywords for item in items):
+        from codegen.emu import unavailable_reason
+
+        no_emu = unavailable_reason()
     for item in items:
+        if "emu" in item.keywords and no_emu:
+            item.add_marker(pytest.mark.skip(reason=f"AMD emulator: {no_emu}"))
         if "isa" in item.keywords and no_isa:
             if require_isa:
                 pytest.exit("CODEGEN_REQUIRE_ISA=1 but the offline AMD toolchain (clang-22, "
@@ -39,3 +46,47 @@ def cache_dir(tmp_path, monkeypatch):
     d = tmp_path / "cache"
     monkeypatch.setenv("CODEGEN_CACHE_DIR", str(d))
     return d
+
+
+
+# ---- the emulator tier's summary: arch x family, variants executed, cases, result, time ----
+_EMU_FAMILIES = (("test_emu_gap", "emulator gaps"), ("test_emu_quant", "group_quant_fp8"),
+                 ("test_emu_rmsnorm_group_quant", "rmsnorm_group_quant"),
+                 ("test_emu_dual", "dual_rmsnorm_group_quant"), ("test_emu_rmsnorm", "rmsnorm"),
+                 ("test_emu_gemm", "gemm_a8w8_blockscale"))
+_EMU_CONTRACT = {"emulator gaps": "each fix shown", "group_quant_fp8": "bit-exact",
+                 "rmsnorm": "fused = unfused, <= 1 ulp", "rmsnorm_group_quant": "bit-exact vs unfused",
+                 "dual_rmsnorm_group_quant": "bit-exact vs single ops",
+                 "gemm_a8w8_blockscale": "rel. error < 1e-3"}
+_emu_reports: dict[str, object] = {}
+
+
+def pytest_runtest_logreport(report):
+    if "test_emu.py::" in report.nodeid and (report.when == "call" or report.outcome != "passed"):
+        _emu_reports[report.nodeid] = report
+
+
+def pytest_terminal_summary(terminalreporter):
+    reports = [r for r in _emu_reports.values() if not r.skipped]
+    if not reports:
+        return
+    from tests import test_emu
+
+    rows: dict[tuple, dict] = {}
+    for r in reports:
+        name, _, params = r.nodeid.split("::")[1].partition("[")
+        arch = next((a for a in ("gfx942", "gfx950", "gfx1200", "gfx1201") if a in params), "-")
+        family = next(f for prefix, f in _EMU_FAMILIES if name.startswith(prefix))
+        row = rows.setdefault((arch, family), dict(variants=set(), cases=0, failed=0, time=0.0))
+        row["cases"] += 1
+        row["failed"] += r.failed
+        row["time"] += r.duration
+        row["variants"] |= {u for u in test_emu.EXECUTED.get(r.nodeid, ())
+                            if family == "emulator gaps" or u.startswith(family)}
+    tr = terminalreporter
+    tr.section("AMD emulator (L4): what executed where")
+    tr.write_line(f"{'arch':<8} {'family':<26} {'variants':>8} {'cases':>6} {'result':<28} {'s':>6}")
+    for (arch, family), row in sorted(rows.items()):
+        result = f"{row['failed']} failed" if row["failed"] else _EMU_CONTRACT[family]
+        tr.write_line(f"{arch:<8} {family:<26} {len(row['variants']):>8} {row['cases']:>6} "
+                      f"{result:<28} {row['time']:>6.1f}")

@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from codegen.build.jit import cache_key
 from codegen.build.ninja import Edge, ninja_text, write_if_different
 from codegen.render import included_headers, render
@@ -85,3 +87,34 @@ def test_build_cli_rejects_unknown_arch():
                          capture_output=True, text=True)
     assert out.returncode != 0
     assert "gfx1201" in out.stderr and "gfx942" in out.stderr and "sm_90a" in out.stderr
+
+
+CLANG = Toolchain("clang", "/usr/bin/clang-22", "clang 22", (
+    "-x", "hip", "--offload-arch=gfx950", "-nogpulib", "--cuda-device-only", "-O3",
+    "-std=c++17", "--rocm-path=/opt/hip headers"), False)
+
+
+def test_emulator_outputs_are_ninja_edges_with_their_own_key(tmp_path, monkeypatch):
+    """The code object and CPU launcher the emulator runs are ninja rules of the gfx toolchain,
+    keyed apart from the assembly (their key also covers the shim and the device library)."""
+    import codegen.build.jit as jit
+    from codegen.build.ninja import outputs_for, support_files
+    from codegen.toolchain import EMU_SHIM
+
+    assert outputs_for(CLANG, "x", emu=True) == [("x.co", "co"), ("x.host.so", "host")]
+    assert outputs_for(CLANG, "x") == [("x.s", "asm")]
+    edges = [Edge(o, "x.hip", rule) for o, rule in outputs_for(CLANG, "x", emu=True)]
+    text = ninja_text(CLANG, edges)
+    assert "build x.co: co x.hip | oclc_abi.bc" in text
+    assert "build x.host.so: host x.hip | hip_shim.o" in text
+    assert "--no-gpu-bundle-output" in text and "--cuda-host-only" in text
+    assert "-fuse-cuid=none" in text and "ockl.bc" in text
+    assert "'--rocm-path=/opt/hip headers'" in text                  # quoted for the shell
+    assert set(support_files(edges)) == {"oclc_abi.cl"}
+    assert "rule co" not in ninja_text(CLANG, [Edge("x.s", "x.hip", "asm")])
+    v = make_variant("group_quant_fp8", "gfx950", **V)
+    src = render(v)
+    monkeypatch.setattr(jit, "device_library", lambda tc: EMU_SHIM)  # any existing file
+    assert jit.cache_key(v, src, CLANG, emu=True) != jit.cache_key(v, src, CLANG)
+    with pytest.raises(ValueError, match="offline gfx toolchain"):
+        outputs_for(TC, "x", emu=True)

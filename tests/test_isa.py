@@ -163,3 +163,27 @@ def test_gemm_refused_without_fp8(generated, arch):
     _, manifest = generated(arch)
     gemm = rows(manifest, "gemm_a8w8_blockscale")
     assert gemm and all(r["status"] == "skipped" and "no FP8" in r["reason"] for r in gemm)
+
+
+def _instructions(asm) -> list[str]:
+    """The instruction lines of an assembly file (directives, labels and comments dropped)."""
+    out = []
+    for line in asm.read_text().splitlines():
+        s = line.split(";")[0].strip()
+        if s and not s.startswith(".") and not s.endswith(":"):
+            out.append(s)
+    return out
+
+
+def test_gfx1200_code_is_gfx1201s(generated):
+    """gfx1200 and gfx1201 get the same instructions for every variant: what runs (and is
+    emulated) on gfx1201 is what runs on gfx1200."""
+    out0, m0 = generated("gfx1200")
+    out1, m1 = generated("gfx1201")
+    asm1 = {r["uri"]: r["asm"] for r in m1["variants"] if r["status"] == "ok"}
+    checked = 0
+    for r in m0["variants"]:
+        if r["status"] == "ok":
+            assert _instructions(out0 / r["asm"]) == _instructions(out1 / asm1[r["uri"]]), r["uri"]
+            checked += 1
+    assert checked == len(asm1) > 0

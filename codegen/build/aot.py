@@ -12,7 +12,7 @@ from ..spec import Variant, enumerate_variants, families, validate
 from ..targets import Target
 from ..toolchain import Toolchain, find
 from .jit import GENERATED, cache_key, run_ninja
-from .ninja import Edge, ninja_text, outputs_for, write_if_different
+from .ninja import Edge, ninja_text, outputs_for, support_files, write_if_different
 from .resources import from_amdgpu_asm, from_ptxas_log
 
 
@@ -22,7 +22,7 @@ class Entry:
     status: str = "ok"           # ok | skipped | failed
     reason: str = ""
     key: str = ""
-    outputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)   # (file, rule, key)
 
 
 def plan(target: Target, ops: list[str] | None) -> list[Entry]:
@@ -36,8 +36,9 @@ def plan(target: Target, ops: list[str] | None) -> list[Entry]:
 
 
 def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
-          out_dir: Path | None = None, progress=None) -> dict:
-    """Render, compile and describe every variant; returns the manifest (also written)."""
+          out_dir: Path | None = None, progress=None, emu: bool = False) -> dict:
+    """Render, compile and describe every variant; returns the manifest (also written).
+    emu: also the code object and CPU launcher the AMD emulator runs (codegen.emu)."""
     out = (out_dir or GENERATED) / target.arch
     out.mkdir(parents=True, exist_ok=True)
     tc = find(target)
@@ -51,10 +52,15 @@ def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
         write_if_different(out / src, text)
         e.key = cache_key(e.variant, text, tc)
         headers = tuple(str(p) for p in included_headers(text))
-        e.outputs = outputs_for(tc, e.variant.uri)
-        for output, rule in e.outputs:
-            _drop_if_stale(out, output, e.key)
+        e.outputs = [(o, rule, e.key) for o, rule in outputs_for(tc, e.variant.uri)]
+        if emu:
+            emu_key = cache_key(e.variant, text, tc, emu=True)
+            e.outputs += [(o, rule, emu_key) for o, rule in outputs_for(tc, e.variant.uri, True)]
+        for output, rule, key in e.outputs:
+            _drop_if_stale(out, output, key)
             edges.append(Edge(output, src, rule, headers))
+    for name, text in support_files(edges).items():
+        write_if_different(out / name, text)
     write_if_different(out / "build.ninja", ninja_text(tc, edges))
     total = len(edges)
     on_line = None
@@ -73,6 +79,9 @@ def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
     return manifest
 
 
+_MANIFEST_FIELD = {"asm": "asm", "module": "module", "co": "code_object", "host": "emu_launcher"}
+
+
 def _drop_if_stale(out: Path, output: str, key: str) -> None:
     """A module built by another compiler or version is rebuilt even if ninja thinks it fresh."""
     keyfile = out / f"{output}.key"
@@ -89,24 +98,22 @@ def _manifest(target: Target, tc: Toolchain, entries: list[Entry], out: Path, lo
                "fp8_format": v.fp8.name if v.fp8 else None,
                "fp8_max": v.fp8.max if v.fp8 else None,
                "status": e.status, "reason": e.reason, "source": None, "asm": None,
-               "module": None}
+               "module": None, "code_object": None, "emu_launcher": None}
         row.update(dict.fromkeys(("vgpr_count", "sgpr_count", "spill_count", "scratch_bytes",
                                   "lds_bytes", "wavefront_size", "occupancy")))
         row["params"] = dict(v.params)
         if e.status == "ok":
             row["source"] = f"{v.uri}{source_suffix(v)}"
-            missing = [o for o, _ in e.outputs if not (out / o).exists()]
+            missing = [o for o, _, _ in e.outputs if not (out / o).exists()]
             if missing:
                 row["status"] = "failed"
                 row["reason"] = _failure(out, missing[0], log)
             else:
-                for o, rule in e.outputs:
-                    (out / f"{o}.key").write_text(e.key + "\n")
-                    if rule == "asm":
-                        row["asm"] = o
-                    else:
-                        row["module"] = o
-                        (out / f"{v.uri}.key").write_text(e.key + "\n")
+                for o, rule, key in e.outputs:
+                    (out / f"{o}.key").write_text(key + "\n")
+                    row[_MANIFEST_FIELD[rule]] = o
+                    if rule == "module":
+                        (out / f"{v.uri}.key").write_text(key + "\n")
                 res = (from_amdgpu_asm(out / row["asm"]) if row["asm"]
                        else from_ptxas_log(out / f"{row['module']}.log"))
                 row.update(res)

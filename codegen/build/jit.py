@@ -114,6 +114,20 @@ def _aot_module(variant: Variant, key: str) -> Path | None:
     return None
 
 
+def emu_outputs(variant: Variant) -> tuple[Path, Path]:
+    """(code object, CPU launcher) of a gfx variant for the emulator: build.py --emu's when
+    current, else built into the JIT cache."""
+    tc = find(variant.target)
+    key = cache_key(variant, render(variant), tc, emu=True)
+    names = [out for out, _ in outputs_for(tc, variant.uri, emu=True)]
+    d = (knobs.aot_dir() or GENERATED) / variant.arch
+    if all((d / f"{n}.key").exists() and (d / f"{n}.key").read_text().strip() == key
+           for n in names):
+        return d / names[0], d / names[1]
+    built = compile_variant(variant, emu=True)
+    return built / names[0], built / names[1]
+
+
 def compile_variant(variant: Variant, loadable: bool = False, emu: bool = False) -> Path:
     """Build (or find in the cache) one variant; returns its build dir, or the .so if loadable.
     emu: the build dir also holds the code object and CPU launcher the emulator runs."""

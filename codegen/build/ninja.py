@@ -24,19 +24,17 @@ SHIM_OBJECT = "hip_shim.o"
 
 
 def outputs_for(tc: Toolchain, stem: str, emu: bool = False) -> list[tuple[str, str]]:
-    """(output file, rule) pairs a toolchain produces for one source; emu adds the code object
-    and the CPU launcher the emulator runs (offline gfx toolchain only)."""
-    if tc.name == "nvcc":
-        outs = [(f"{stem}.so", "module")]
-    elif tc.name == "rocm":
-        outs = [(f"{stem}.so", "module"), (f"{stem}.s", "asm")]
-    else:
-        outs = [(f"{stem}.s", "asm")]
+    """(output file, rule) pairs a toolchain produces for one source; emu: instead, the code
+    object and the CPU launcher the emulator runs (offline gfx toolchain only)."""
     if emu:
         if tc.name != "clang":
             raise ValueError(f"emulator outputs need the offline gfx toolchain, not {tc.name}")
-        outs += [(f"{stem}.co", "co"), (f"{stem}.host.so", "host")]
-    return outs
+        return [(f"{stem}.co", "co"), (f"{stem}.host.so", "host")]
+    if tc.name == "nvcc":
+        return [(f"{stem}.so", "module")]
+    if tc.name == "rocm":
+        return [(f"{stem}.so", "module"), (f"{stem}.s", "asm")]
+    return [(f"{stem}.s", "asm")]
 
 
 def support_files(edges: list[Edge]) -> dict[str, str]:

@@ -101,7 +101,9 @@ _EXPLICIT = {"by_value", "global_buffer", "dynamic_shared_pointer"}
 
 @dataclass
 class Launch:
-    """What one launch ran: kernel, geometry, LDS. Tests read these to see which path ran."""
+    """What one launch ran: variant, kernel, geometry, LDS. Tests read these to see which path
+    ran."""
+    uri: str
     kernel: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
@@ -109,27 +111,27 @@ class Launch:
 
 
 class Module:
-    """One variant's code object and host launcher, bound to an emulated device."""
+    """One variant's code object and host launcher (one per process: the host library's
+    registration and callbacks are process-wide), run on the device of each call."""
 
     _lock = threading.Lock()
 
-    def __init__(self, code_object: Path, host_library: Path, symbol: str, device: Device):
+    def __init__(self, code_object: Path, host_library: Path, symbol: str):
         self.emu = emulator()
-        self.device = device
         self.code = CodeObject(code_object)
         self.lib = ctypes.CDLL(str(host_library))
         self.launcher = getattr(self.lib, symbol)
-        self.launches: list[Launch] = []
+        self.device = Device("gfx950")
+        self.launches: list[Launch] = []      # those of the current call's session
         self._error: BaseException | None = None
         self._callbacks = (_LAUNCH(self._on_launch), _OCCUPANCY(self._on_occupancy))
         self.lib.cg_emu_set_callbacks(*self._callbacks)
 
-    def __call__(self, *args) -> int:
+    def call(self, device: Device, launches: list, *args) -> int:
         """Calls the shipped launcher; every kernel it launches runs in the emulator."""
-        t = self.device.target
         with self._lock:
-            self.lib.cg_emu_set_device(self.device.index, self.device.cus, t.lds_bytes)
-            self._error = None
+            self.device, self.launches, self._error = device, launches, None
+            self.lib.cg_emu_set_device(device.index, device.cus, device.target.lds_bytes)
             rc = self.launcher(*args)
         if self._error is not None:
             raise self._error
@@ -165,7 +167,7 @@ class Module:
             return 1
 
     def _run(self, k: Kernel, grid, block, args, shmem: int) -> None:
-        self.launches.append(Launch(k.name, grid, block, shmem))
+        self.launches.append(Launch(self.code.path.stem, k.name, grid, block, shmem))
         kernarg = ctypes.create_string_buffer(max(k.kernarg_size, 16))
         base = ctypes.addressof(kernarg)
         explicit = 0
@@ -181,6 +183,9 @@ class Module:
             struct.pack_into({2: "<H", 4: "<I", 8: "<Q"}[size], kernarg, off, value)
         user = []
         for bit, what, count in _USER_SGPRS:
+            if what == "private_segment_size" and k.preload_dwords:
+                user += list(struct.unpack_from(f"<{k.preload_dwords}I", kernarg,
+                                                k.preload_offset * 4))
             if k.code_properties >> bit & 1:
                 user += [base & 0xFFFFFFFF, base >> 32] if what == "kernarg_segment_ptr" \
                     else [0] * count
@@ -197,7 +202,9 @@ class Module:
         from . import gaps
 
         with gaps.float_mode(k), gaps.fp8_format(self.device.arch):
-            rc = self.emu.run_asm(k.entry, 0, *grid, *block, base, rsrc2=rsrc2,
+            # with preloaded kernargs the CP starts 256 bytes into the code (AMDGPUUsage)
+            entry = k.entry + (256 if k.preload_dwords else 0)
+            rc = self.emu.run_asm(entry, 0, *grid, *block, base, rsrc2=rsrc2,
                                   scratch_size=k.private_segment,
                                   arch=MODELS[self.device.arch], user_data=user)
         if rc:
@@ -225,42 +232,52 @@ def _hidden_value(kind: str, grid, block, shmem: int) -> int | None:
     return None
 
 
+_modules: dict = {}
+
+
+def module(variant) -> Module:
+    """The variant's emulator build (code object + CPU launcher), built or loaded once."""
+    mod = _modules.get(variant)
+    if mod is None:
+        from ..build.jit import emu_outputs
+        from ..families import get as get_family
+        from ..render import symbol
+
+        mod = Module(*emu_outputs(variant), symbol(variant))
+        mod.launcher.argtypes = get_family(variant.family).ARGTYPES
+        mod.launcher.restype = ctypes.c_int
+        _modules[variant] = mod
+    return mod
+
+
 class Session:
-    """An emulated device the ops run CPU tensors on: each variant built (code object + CPU
-    launcher) and bound on first use, as dispatch.kernel does for a real GPU."""
+    """An emulated device the ops run CPU tensors on (what dispatch.kernel is for a GPU), and
+    the launches made on it."""
 
     def __init__(self, device: Device):
         self.device = device
         self.arch = device.arch
-        self.modules: dict = {}
+        self._launches: list[Launch] = []
 
-    def kernel(self, variant) -> Module:
-        from ..build import compile_variant
-        from ..families import get as get_family
-        from ..render import symbol
-
-        mod = self.modules.get(variant)
-        if mod is None:
-            d = compile_variant(variant, emu=True)
-            mod = Module(d / f"{variant.uri}.co", d / f"{variant.uri}.host.so", symbol(variant),
-                         self.device)
-            mod.launcher.argtypes = get_family(variant.family).ARGTYPES
-            mod.launcher.restype = ctypes.c_int
-            self.modules[variant] = mod
-        return mod
+    def kernel(self, variant):
+        mod = module(variant)
+        return lambda *args: mod.call(self.device, self._launches, *args)
 
     def launches(self) -> list[Launch]:
-        return [launch for m in self.modules.values() for launch in m.launches]
+        return list(self._launches)
 
 
-def attach(device: Device) -> Session:
-    """From now on the ops run CPU tensors on this emulated device (codegen.ops)."""
+def use(session: Session) -> Session:
+    """From now on the ops run CPU tensors on this session's device (codegen.ops)."""
     from ..ops import _common
 
     emulator()
-    session = Session(device)
     _common.attach_emulated(session)
     return session
+
+
+def attach(device: Device) -> Session:
+    return use(Session(device))
 
 
 def detach() -> None:

@@ -14,6 +14,7 @@ KD_KERNARG_SIZE = 8
 KD_ENTRY_OFFSET = 16
 KD_RSRC3, KD_RSRC1, KD_RSRC2 = 44, 48, 52
 KD_CODE_PROPERTIES = 56
+KD_KERNARG_PRELOAD = 58        # bits 6:0 length, 15:7 offset, in dwords
 KD_SIZE = 64
 
 NT_AMDGPU_METADATA = 32
@@ -37,6 +38,8 @@ class Kernel:
     rsrc2: int
     rsrc3: int
     code_properties: int
+    preload_dwords: int        # kernarg dwords preloaded into user SGPRs (gfx90a / gfx94x)
+    preload_offset: int        # from this dword of the kernarg segment
     args: tuple[dict, ...]     # metadata .args: .offset, .size, .value_kind, ...
     meta: dict                 # the whole metadata record of the kernel
 
@@ -107,9 +110,11 @@ class CodeObject:
         def u32(off):
             return struct.unpack_from("<I", raw, off)[0]
         (entry_offset,) = struct.unpack_from("<q", raw, KD_ENTRY_OFFSET)
+        (preload,) = struct.unpack_from("<H", raw, KD_KERNARG_PRELOAD)
         return Kernel(name=name, kd_address=kd, entry=kd + entry_offset,
                       group_segment=u32(KD_GROUP_SEGMENT), private_segment=u32(KD_PRIVATE_SEGMENT),
                       kernarg_size=u32(KD_KERNARG_SIZE), rsrc1=u32(KD_RSRC1), rsrc2=u32(KD_RSRC2),
                       rsrc3=u32(KD_RSRC3),
                       code_properties=struct.unpack_from("<H", raw, KD_CODE_PROPERTIES)[0],
+                      preload_dwords=preload & 0x7F, preload_offset=preload >> 7,
                       args=tuple(meta.get(".args", ())), meta=meta)

@@ -1,18 +1,270 @@
-"""Where the emulator departs from AMD's ISA documents, and how we make it follow them."""
+"""Where the emulator departs from AMD's ISA documents for our kernels, and how we make it
+follow them. Each fix is installed over the emulator's own functions (its files stay as they
+are), can be switched off by name (`disabled`) so a test shows the difference it makes, and
+quotes the ISA text that decides the behaviour.
+"""
 from __future__ import annotations
 
 import contextlib
+import functools
+
+FIXES = ("fp8_convert", "fp8_fnuz", "wmma_fp8", "global_inv", "float_denorm")
+_off: set[str] = set()
+_emu = None
+_state = {"format": "ocp", "ftz": True}
 
 
-def install(emu) -> None:
-    pass
+@contextlib.contextmanager
+def disabled(*names: str):
+    """Runs the emulator as it is for these fixes (the tests of each fix use it)."""
+    unknown = set(names) - set(FIXES)
+    if unknown:
+        raise ValueError(f"unknown fixes {sorted(unknown)}; known: {FIXES}")
+    before = set(_off)
+    _off.update(names)
+    _flush_runners()
+    try:
+        yield
+    finally:
+        _off.clear()
+        _off.update(before)
+        _flush_runners()
+
+
+def on(name: str) -> bool:
+    return name not in _off
+
+
+# ---- FP8 <-> f32 ----
+# CDNA3 ISA (MI300), "V_CVT_PK_FP8_F32": converts to FP8 with round to nearest even; the FP8
+# format of MI300 is E4M3 FNUZ ("exponent bias 8 ... 0x80 is NaN, there is no infinity and no
+# negative zero"). CDNA4 and RDNA4 use the OCP E4M3 format (bias 7, S.1111.111 is NaN, no
+# infinity). Results below the smallest normal are FP8 denormals, not zero: the emulator's
+# generic conversion flushes them ("denormals are zero", tinygrad's f2f), so we encode here.
+# Without the clamp bit, a magnitude beyond the largest finite value (and inf) gives NaN.
+
+def _u32(v):
+    from tinygrad.dtype import dtypes
+    from tinygrad.uop.ops import UOp
+
+    return UOp.const(v, dtypes.uint32)
+
+
+def _f32_bits(v):
+    from tinygrad.dtype import dtypes
+
+    return (v.bitcast(dtypes.float32) if v.dtype != dtypes.float32 else v).bitcast(dtypes.uint32)
+
+
+def f32_to_e4m3(v, bias: int, fnuz: bool):
+    """f32 (value or bits) -> E4M3 byte, round to nearest even, denormals kept."""
+    from tinygrad.dtype import dtypes
+
+    bits = _f32_bits(v)
+    sign, mag = bits >> _u32(31), bits & _u32(0x7FFFFFFF)
+    exp = mag >> _u32(23)
+    min_normal = 128 - bias                     # smallest FP8 normal exponent, f32-biased
+    # normal results: drop 20 mantissa bits with round to nearest even, rebias the exponent
+    rounded = mag + _u32(0x7FFFF) + ((mag >> _u32(20)) & _u32(1))
+    normal = (rounded >> _u32(20)) - _u32((127 - bias) << 3)
+    # below: a count of the smallest denormal 2^(1 - bias - 3), rounded to nearest even by the
+    # float add of 2^23 (exact integer arithmetic in its low mantissa bits)
+    scaled = mag.bitcast(dtypes.float32) * float(2 ** (bias + 2))
+    denormal = (scaled + 8388608.0).bitcast(dtypes.uint32) - _u32(0x4B000000)
+    code = (exp < _u32(min_normal)).where(denormal, normal)
+    max_code = 0x7F if fnuz else 0x7E
+    nan = (_u32(0x7F800000) < mag) | (_u32(max_code) < code)
+    if fnuz:
+        out = nan.where(_u32(0x80), code.eq(_u32(0)).where(_u32(0), code | (sign << _u32(7))))
+    else:
+        out = nan.where(_u32(0x7F), code) | (sign << _u32(7))
+    return out.cast(dtypes.uint8)
+
+
+def e4m3fnuz_to_f32(v):
+    """E4M3 FNUZ byte -> f32: bias 8, 0x80 NaN, denormals m * 2^-10."""
+    from tinygrad.dtype import dtypes
+
+    b = v.cast(dtypes.uint32) & _u32(0xFF)
+    sign, exp, mant = (b >> _u32(7)) << _u32(31), (b >> _u32(3)) & _u32(0xF), b & _u32(0x7)
+    normal = sign | ((exp + _u32(127 - 8)) << _u32(23)) | (mant << _u32(20))
+    denormal = (mant.cast(dtypes.float32) * 2.0 ** -10).bitcast(dtypes.uint32) | sign
+    out = exp.eq(_u32(0)).where(denormal, normal)
+    return b.eq(_u32(0x80)).where(_u32(0x7FC00000), out).bitcast(dtypes.float32)
+
+
+def _fp8_funcs(originals: dict) -> dict:
+    """The conversions in force for the current format and fixes."""
+    funcs = dict(originals)
+    if _state["format"] == "fnuz" and on("fp8_fnuz"):
+        funcs["fp8_to_f32"] = e4m3fnuz_to_f32
+        funcs["f32_to_fp8"] = functools.partial(f32_to_e4m3, bias=8, fnuz=True)
+    elif on("fp8_convert"):
+        funcs["f32_to_fp8"] = functools.partial(f32_to_e4m3, bias=7, fnuz=False)
+    return funcs
+
+
+# ---- per-format compiled-instruction caches ----
+# The emulator compiles each instruction once per process and keys the result by its bytes and
+# model alone; gfx942 and gfx950 share the CDNA model but not the FP8 format, and a disabled
+# fix changes what an instruction does, so each (format, fixes) state keeps its own cache.
+_runner_caches: dict = {}
+
+
+def _flush_runners() -> None:
+    if _emu is None:
+        return
+    from test.mockgpu.amd import pcode
+
+    state = (_state["format"], frozenset(_off))
+    if state not in _runner_caches:
+        _runner_caches[state] = (functools.cache(_emu._get_runner.__wrapped__), [])
+    _emu._get_runner, _emu._canonical_runner_cache = _runner_caches[state]
+    pcode._FUNCS.update(_fp8_funcs(_ORIGINAL_FUNCS))
+
+
+_ORIGINAL_FUNCS: dict = {}
+
+
+@contextlib.contextmanager
+def fp8_format(arch: str):
+    """The FP8 format of arch's code while it runs: FNUZ for gfx942, OCP elsewhere."""
+    fmt = "fnuz" if arch == "gfx942" else "ocp"
+    before = _state["format"]
+    if fmt != before:
+        _state["format"] = fmt
+        _flush_runners()
+    try:
+        yield
+    finally:
+        if fmt != before:
+            _state["format"] = before
+            _flush_runners()
+
+
+# ---- RDNA4 WMMA with FP8 inputs ----
+# RDNA4 ISA, "V_WMMA_F32_16X16X16_FP8_FP8": D = A * B + C, A and B in FP8 (E4M3), 8 values per
+# lane in two VGPRs (operand format FMT_WMMA_AB_16X16_FP8, 64 bits); C and D f32, 8 VGPRs. The
+# emulator decodes every F32 WMMA's A and B as f16, and reads an inline-constant C (the encoded
+# 0 that starts an accumulation) as VGPRs 128.., so a kernel using those registers gets their
+# contents added. We compile it ourselves, with the lane layout of codegen/matrix.py (AMD's, as
+# the Matrix Instruction Calculator gives it): lane l holds row / column l % 16, K bytes
+# 8 (l / 16) .. 8 (l / 16) + 7; D row 8 (l / 16) + r, column l % 16 in VGPR r.
+
+def _wmma_fp8(inst, ctx):
+    from test.mockgpu.amd import pcode
+    from tinygrad.dtype import dtypes
+    from tinygrad.uop.ops import UOp
+
+    a_fmt, b_fmt = inst.op.name.rsplit("_", 2)[-2:]
+    cvt_a = pcode._FUNCS[f"{a_fmt.lower()}_to_f32"]
+    cvt_b = pcode._FUNCS[f"{b_fmt.lower()}_to_f32"]
+    kind = type(inst)
+    exec_mask = ctx.rexec()
+    vdst = ctx.inst_field(kind.vdst)
+    src0, src1 = (ctx.inst_field(kind.src0) - _u32(256)), (ctx.inst_field(kind.src1) - _u32(256))
+    src2 = ctx.inst_field(kind.src2)
+    c_in_vgprs = ((src2 >> _u32(8)) & _u32(1)).eq(_u32(1))   # else an inline constant: 0
+    c_base = src2 & _u32(0xFF)
+
+    def lane(i):
+        return UOp.const(i, dtypes.int)
+
+    def element(src, cvt, row, k):
+        word = ctx.rvgpr_dyn(src + _u32((k % 8) // 4), lane(row + 16 * (k // 8)))
+        return cvt((word >> _u32(8 * (k % 4))) & _u32(0xFF))
+
+    a = [[element(src0, cvt_a, m, k) for k in range(16)] for m in range(16)]
+    b = [[element(src1, cvt_b, n, k) for k in range(16)] for n in range(16)]
+    stores = []
+    for m in range(16):
+        for n in range(16):
+            where = (lane(n + 16 * (m // 8)), m % 8)
+            c = c_in_vgprs.where(ctx.rvgpr_dyn(c_base + _u32(where[1]), where[0]),
+                                 _u32(0)).bitcast(dtypes.float32)
+            d = sum((a[m][k] * b[n][k] for k in range(1, 16)), a[m][0] * b[n][0]) + c
+            stores.append(ctx.wvgpr_dyn(vdst + _u32(where[1]), where[0],
+                                        d.bitcast(dtypes.uint32), exec_mask))
+    return UOp.sink(*stores, *ctx.inc_pc())
+
+
+def _wmma(original):
+    def compile_wmma(inst, ctx):
+        name = inst.op.name
+        if on("wmma_fp8") and name.startswith("V_WMMA_F32_16X16X16_") and (
+                name.endswith("8_FP8") or name.endswith("8_BF8")):
+            return _wmma_fp8(inst, ctx)
+        return original(inst, ctx)
+    return compile_wmma
+
+
+# ---- RDNA4 GLOBAL_INV / GLOBAL_WB / GLOBAL_WBINV ----
+# RDNA4 ISA: GLOBAL_INV "invalidate the cache(s) ... at the scope given"; GLOBAL_WB writes back
+# dirty lines. They move no data between registers and memory, and the emulator has no caches:
+# for it they are no-ops (its RDNA4 model has no entry for them and stops).
+_CACHE_OPS = ("GLOBAL_INV", "GLOBAL_WB", "GLOBAL_WBINV")
+
+
+def _mem_op(original):
+    def compile_mem_op(inst, ctx):
+        from tinygrad.uop.ops import UOp
+
+        if on("global_inv") and getattr(inst.op, "name", "") in _CACHE_OPS:
+            return UOp.sink(*ctx.inc_pc())
+        return original(inst, ctx)
+    return compile_mem_op
+
+
+# ---- f32 denormals ----
+# COMPUTE_PGM_RSRC1.FLOAT_DENORM_MODE_32 (bits 17:16, LLVM AMDGPUUsage): 0 flushes source and
+# destination denormals, 3 flushes neither (clang's default for HIP). The emulator always runs
+# with x86 DAZ + FTZ, i.e. as mode 0; we set MXCSR from the kernel's own mode.
+_RSRC1_DENORM_32 = (16, 0x3)
 
 
 @contextlib.contextmanager
 def float_mode(kernel):
-    yield
+    shift, mask = _RSRC1_DENORM_32
+    mode = kernel.rsrc1 >> shift & mask
+    before = _state["ftz"]
+    _state["ftz"] = mode != 3 or not on("float_denorm")
+    try:
+        yield
+    finally:
+        _state["ftz"] = before
 
 
-@contextlib.contextmanager
-def fp8_format(arch):
-    yield
+class _FloatMode:
+    """The emulator's MXCSR context, with DAZ + FTZ only where the kernel asks for them."""
+    __slots__ = ("_saved",)
+
+    def __enter__(self):
+        lib, ftz_bits = _emu._get_ftz_lib()
+        if lib is not None:
+            self._saved = lib.get_fpcr()
+            bits = self._saved | ftz_bits if _state["ftz"] else self._saved & ~ftz_bits
+            lib.set_fpcr(bits)
+        return self
+
+    def __exit__(self, *exc):
+        lib, _ = _emu._get_ftz_lib()
+        if lib is not None and hasattr(self, "_saved"):
+            lib.set_fpcr(self._saved)
+
+
+def install(emu) -> None:
+    """Installs the fixes over the emulator module (once per process)."""
+    global _emu
+    if _emu is not None:
+        return
+    from test.mockgpu.amd import pcode
+
+    _emu = emu
+    _ORIGINAL_FUNCS.update({k: pcode._FUNCS[k] for k in ("f32_to_fp8", "fp8_to_f32")})
+    emu._compile_wmma = _wmma(emu._compile_wmma)
+    mem = emu._compile_mem_op
+    for kind, handler in list(emu._INST_HANDLERS.items()):
+        if handler is mem:
+            emu._INST_HANDLERS[kind] = _mem_op(mem)
+    emu._MXCSRContext = _FloatMode
+    _flush_runners()

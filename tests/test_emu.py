@@ -1,0 +1,425 @@
+"""L4: the gfx code objects of every family executed in an AMD ISA emulator (codegen.emu).
+
+The public ops run on CPU tensors with an emulated device attached: their checks, the shipped
+launcher's grid / block / LDS decisions and the real code object, instruction by instruction.
+Contracts as on the GPU (NUMERICS.md): quant and the RMSNorm family bit-exact (fused against
+the unfused kernels composed, run in the emulator too), the GEMM within vLLM's tolerance.
+Every output is allocated NaN-filled (torch's fill_uninitialized_memory), so an unwritten
+element shows. Needs CODEGEN_AMD_EMULATOR (`make test-emu`); skips without it.
+"""
+import pytest
+import torch
+
+from codegen import emu, ops, reference
+from codegen.families import gemm as gemm_family
+from codegen.families import quant as quant_family
+from codegen.families.rmsnorm import tier_for, tiers
+from codegen.spec import make_variant, validate
+from codegen.targets import get_target
+
+from .checks import (assert_quant_exact, assert_same, check_ulps, check_vs_reference_quant,
+                     quant_blocks, rel_err)
+from .gpu_data import boundary_rows, rows_with_spread
+
+pytestmark = pytest.mark.emu
+
+# gfx1200 runs the same code as gfx1201 (test_isa.py::test_gfx1200_code_is_gfx1201s).
+ARCHS = ["gfx942", "gfx950", "gfx1201"]
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+EPS = 1e-6
+_sessions: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def poisoned_outputs():
+    """Every new tensor starts NaN-filled (fp8: its NaN byte), so unwritten outputs show."""
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.utils.deterministic.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    yield
+    torch.use_deterministic_algorithms(before[0])
+    torch.utils.deterministic.fill_uninitialized_memory = before[1]
+    emu.detach()
+
+
+EXECUTED: dict[str, set] = {}      # test id -> variants (URIs) it ran, for the summary table
+
+
+@pytest.fixture(autouse=True)
+def record_variants(request):
+    before = {k: len(s.launches()) for k, s in _sessions.items()}
+    yield
+    EXECUTED[request.node.nodeid] = {launch.uri for k, s in _sessions.items()
+                                     for launch in s.launches()[before.get(k, 0):]}
+
+
+def on(arch: str, cus: int = 4) -> emu.Session:
+    """The ops run CPU tensors on this emulated device from now on (one session per size)."""
+    key = (arch, cus)
+    if key not in _sessions:
+        _sessions[key] = emu.Session(emu.Device(arch, cus=cus, index=len(_sessions)))
+    return emu.use(_sessions[key])
+
+
+def fp8_of(arch: str):
+    fmt = get_target(arch).fp8_format()
+    return getattr(torch, fmt.torch_dtype), fmt.max
+
+
+def launched(session: emu.Session, start: int) -> list:
+    return session.launches()[start:]
+
+
+# ---- per-token-group quant ----
+
+# every (dtype, group size) once per arch, the scale layouts and ue8m0 spread over them
+QUANT = [("bf16", 128, "row", False, 83, 1536), ("bf16", 64, "col_tma", True, 7, 896),
+         ("bf16", 32, "col", False, 5, 160), ("fp16", 128, "col", True, 9, 640),
+         ("fp16", 64, "row", False, 33, 384), ("fp16", 32, "col_tma", False, 3, 96),
+         ("fp32", 128, "col_tma", False, 17, 768), ("fp32", 64, "col", True, 4, 256),
+         ("fp32", 32, "row", True, 11, 224)]
+
+
+def quant_id(c) -> str:
+    return f"{c[0]}-g{c[1]}-{c[2]}{'-ue8m0' if c[3] else ''}"
+
+
+def quant_and_check(arch, x, g, layout="row", ue8m0=False, fp8_max=None):
+    dtype, fmax = fp8_of(arch)
+    q, s = ops.per_token_group_quant_fp8(x, g, scale_layout=layout, ue8m0=ue8m0,
+                                         fp8_max=fp8_max)
+    rq, rs = reference.group_quant_fp8(x, g, dtype, fp8_max or fmax, ue8m0)
+    assert s.stride() == ops.quant.empty_scales(x.shape[0], x.shape[1] // g, layout, x).stride()
+    assert_quant_exact(q, s, rq, rs)
+    return q, s
+
+
+@pytest.mark.parametrize("case", QUANT, ids=quant_id)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_quant(arch, case):
+    dtype, g, layout, ue8m0, t, h = case
+    on(arch)
+    quant_and_check(arch, rows_with_spread(t, h, DTYPES[dtype], device="cpu"), g, layout, ue8m0)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_quant_grid_paths(arch, monkeypatch):
+    """One 16-byte load per lane where the grid fits at once, LOADS where it does not, and the
+    grid-stride loop of a capped grid (grid_waves > 0), on a one-CU device."""
+    s = on(arch, cus=1)
+    x = rows_with_spread(64, 1024, torch.bfloat16, device="cpu")
+    first = len(s.launches())
+    quant_and_check(arch, x[:4], 128)                           # 32 groups: fits, narrow
+    quant_and_check(arch, x, 128, "col")                        # 512 groups: wide
+    monkeypatch.setattr(quant_family, "GRID_WAVES", 1)
+    quant_and_check(arch, x, 128, "col_tma")                    # capped: grid-stride
+    narrow, wide, capped = launched(s, first)
+    assert "quant_kernelILi1E" in narrow.kernel and "quant_kernelILi2E" in wide.kernel
+    assert capped.grid[0] < wide.grid[0], (wide, capped)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_quant_boundaries_and_special_values(arch):
+    """Quotients on and beside every fp8 rounding midpoint (denormal results included), an
+    all-zero group, strided rows, and NaN / inf following the reference."""
+    on(arch)
+    dtype, fmax = fp8_of(arch)
+    for g, dt in ((128, torch.bfloat16), (32, torch.float32)):
+        x = boundary_rows(48, g, dt, fmax, dtype == torch.float8_e4m3fnuz, device="cpu")
+        quant_and_check(arch, x.repeat(1, 2), g)
+    base = rows_with_spread(9, 768 + 256, torch.bfloat16, device="cpu")
+    x = base[:, :768]
+    x[3, :128] = 0
+    q, _ = quant_and_check(arch, x, 128)
+    assert (q[3, :128].view(torch.uint8) == 0).all()
+    x = rows_with_spread(4, 256, torch.float16, device="cpu")
+    x[0, 5], x[1, 200], x[2, 7] = float("nan"), float("inf"), -float("inf")
+    q, s = ops.per_token_group_quant_fp8(x, 128)
+    rq, rs = reference.group_quant_fp8(x, 128, dtype, fmax)
+    assert torch.isnan(s[0, 0]) and torch.isinf(s[1, 1])
+    torch.testing.assert_close(q.float(), rq.float(), equal_nan=True, rtol=0, atol=0)
+
+
+def test_emu_quant_gfx942_max_240():
+    on("gfx942")
+    quant_and_check("gfx942", rows_with_spread(5, 512, torch.bfloat16, device="cpu"), 128,
+                    fp8_max=240.0)
+
+
+# ---- RMSNorm family ----
+
+def row_lengths(arch: str) -> list[int]:
+    """One row length inside each tier of the arch's table (16-bit types), the two-pass one
+    past the last; odd where the tier allows it."""
+    table = tiers("bf16", get_target(arch).wave_size)
+    caps = [0] + [t.cap for t in table[:-1]]
+    hs = [8 * ((lo + hi) // 2 + 1) for lo, hi in zip(caps, caps[1:])]
+    hs.append(8 * caps[-1] + 1024)                      # past the last one-pass tier
+    assert [tier_for(h, "bf16", get_target(arch).wave_size) for h in hs] == list(table)
+    return hs
+
+
+def weight(h, dtype):
+    return (1 + 0.5 * torch.randn(h)).to(dtype)
+
+
+def data(t, h, dtype):
+    x = rows_with_spread(t, h, torch.float32, device="cpu")
+    return (x.clamp(-3e4, 3e4) if dtype == torch.float16 else x).to(dtype)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_rmsnorm_tiers(arch):
+    """Every row tier, bf16: bit-exact against the fp32 kernel (the same sum order) and within
+    1 ulp of the reference; fused_add_rmsnorm on every other tier."""
+    on(arch)
+    for i, h in enumerate(row_lengths(arch)):
+        x, w = data(3, h, torch.bfloat16), weight(h, torch.bfloat16)
+        y = ops.rmsnorm(x, w, EPS)
+        check_ulps("emu_rmsnorm", y, reference.rmsnorm(x, w, EPS))
+        assert_same(y, ops.rmsnorm(x.float(), w.float(), EPS).to(x.dtype), f"H={h} vs fp32")
+        if i % 2 == 0:
+            res = data(3, h, torch.bfloat16)
+            r0 = res.clone()
+            y2 = ops.fused_add_rmsnorm(x, res, w, EPS)
+            assert_same(res, reference.residual_add(x, r0), f"H={h} residual in place")
+            assert_same(y2, ops.rmsnorm(res, w, EPS), f"H={h} fused_add vs add then rmsnorm")
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_rmsnorm_dtypes_and_scalar_path(arch, dtype):
+    """Each dtype on 16-byte rows and on the scalar path (rows not 16-byte aligned, odd H),
+    strided rows, fp32 past its one-pass tiers."""
+    on(arch)
+    dt = DTYPES[dtype]
+    for t, h in ((7, 1536), (2, 101), (5, 1000)):
+        x, w = data(t, h, dt), weight(h, dt)
+        y = ops.rmsnorm(x, w, EPS)
+        check_ulps(f"emu_rmsnorm_{h}", y, reference.rmsnorm(x, w, EPS))
+    base = data(4, 1024 + 24, dt)
+    x, w = base[:, 3:3 + 1000], weight(1000, dt)            # strided and misaligned rows
+    assert_same(ops.rmsnorm(x, w, EPS), ops.rmsnorm(x.contiguous(), w, EPS), "strided")
+    if dt == torch.float32:
+        h = tiers("fp32", get_target(arch).wave_size)[-2].cap * 8 + 512
+        x, w = data(2, h, dt), weight(h, dt)
+        check_ulps("emu_rmsnorm_two_pass", ops.rmsnorm(x, w, EPS), reference.rmsnorm(x, w, EPS))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_rmsnorm_keeps_the_sign_of_zero(arch):
+    """y = dtype(x * rstd * w) of x = -0 is -0 in every dtype and path (the backend once folded
+    the fp16 multiply into an fma with a +0 addend)."""
+    on(arch)
+    for dt in (torch.float16, torch.bfloat16, torch.float32):
+        base, w = data(3, 1024 + 8, dt), weight(1024, dt).abs()
+        base[:, ::3] = -0.0
+        for x in (base[:, :1024], base[:, 3:1027]):          # 16-byte rows, then scalar path
+            zero = x == 0
+            y = ops.rmsnorm(x, w, EPS)
+            assert_same(y[zero], x[zero], f"{dt}: signs of zero")
+
+
+RGQ = [("bf16", 128, "row", False, False, 5, 1536), ("bf16", 128, "col_tma", False, True, 3, 4096),
+       ("fp16", 64, "col", True, False, 6, 2048), ("bf16", 64, "row", True, True, 2, 7168),
+       ("fp16", 128, "col_tma", False, False, 1, 512)]
+
+
+def rgq_id(c) -> str:
+    return f"{c[0]}-g{c[1]}-{c[2]}{'-ue8m0' if c[3] else ''}{'-residual' if c[4] else ''}-h{c[6]}"
+
+
+@pytest.mark.parametrize("case", RGQ, ids=rgq_id)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_rmsnorm_group_quant(arch, case):
+    """Fused against the unfused kernels composed (bit-exact), and the reference."""
+    dtype, g, layout, ue8m0, with_residual, t, h = case
+    on(arch)
+    fp8_dtype, fmax = fp8_of(arch)
+    dt = DTYPES[dtype]
+    x, w = data(t, h, dt), weight(h, dt)
+    residual = data(t, h, dt) if with_residual else None
+    r0 = residual.clone() if with_residual else None
+    q, s, y = ops.rmsnorm_group_quant(x, w, EPS, g, residual=residual, scale_layout=layout,
+                                      ue8m0=ue8m0, also_return_unquantized=True)
+    r = reference.residual_add(x, r0) if with_residual else x
+    if with_residual:
+        assert_same(residual, r, "residual written in place")
+    uq, us = ops.per_token_group_quant_fp8(ops.rmsnorm(r.float(), w.float(), EPS), g,
+                                           scale_layout=layout, ue8m0=ue8m0)
+    assert_same(q, uq, "q vs unfused")
+    assert_same(s, us, "scales vs unfused")
+    assert s.stride() == us.stride()
+    assert_same(y, ops.rmsnorm(r, w, EPS), "y vs rmsnorm")
+    rq, rs, ry, _ = reference.rmsnorm_group_quant(x, w, EPS, g, fp8_dtype, fmax, ue8m0, r0)
+    check_vs_reference_quant(q, s, rq, rs, ue8m0)
+    check_ulps("emu_rmsnorm_group_quant_y", y, ry)
+
+
+@pytest.mark.parametrize("g", [64, 128])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_dual_rmsnorm_group_quant(arch, g):
+    on(arch)
+    t = 3
+    q, qw = data(t, 1536, torch.bfloat16), weight(1536, torch.bfloat16)
+    kv, kvw = data(t, 512, torch.bfloat16), weight(512, torch.bfloat16)
+    q8, qs, kvn = ops.dual_rmsnorm_group_quant(q, qw, kv, kvw, EPS, g, scale_layout="col_tma")
+    sq, ss = ops.rmsnorm_group_quant(q, qw, EPS, g, scale_layout="col_tma")
+    assert_same(q8, sq, "dual q vs rmsnorm_group_quant")
+    assert_same(qs, ss, "dual scales vs rmsnorm_group_quant")
+    assert_same(kvn, ops.rmsnorm(kv, kvw, EPS), "dual kv vs rmsnorm")
+
+
+# ---- FP8 block-scale GEMM ----
+
+def gemm_inputs(arch, m, n, k):
+    dtype, fmax = fp8_of(arch)
+    a, sa = quant_blocks(rows_with_spread(m, k, torch.float32, device="cpu"), 1, dtype, fmax)
+    b, sb = quant_blocks(torch.randn(n, k) * 0.05, 128, dtype, fmax)
+    return a, sa, b, sb
+
+
+def check_gemm(out, a, sa, b, sb):
+    ref = reference.gemm_a8w8_blockscale(a, sa, b, sb)
+    assert out.shape == ref.shape and out.dtype == torch.bfloat16
+    assert torch.isfinite(out).all(), "NaN/inf in the output (unwritten or overflowed)"
+    err = rel_err(out, ref)
+    assert err < 1e-3, err
+
+
+def gemm_configs(arch):
+    """The configs a build for arch compiles (the dispatch heuristic's), plus a swapped mma
+    tile (wider in N), an mma tile without split-K and a second lds tile, where valid."""
+    extra = [gemm_family.config("mma", 16, 32, split_k=2), gemm_family.config("mma", 32, 16),
+             gemm_family.config("lds", 64, 64, stages=2)]
+    out = list(gemm_family.default_configs(arch))
+    for c in extra:
+        v = make_variant(gemm_family.FAMILY, arch, **c,
+                         fp8=get_target(arch).fp8_format().token)
+        if validate(v) is None and c not in out:
+            out.append(c)
+    return out
+
+
+def config_id(c) -> str:
+    return f"{c['kernel']}{c['block_m']}x{c['block_n']}-sk{c['split_k']}"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_gemm_dispatch(arch):
+    """Through dispatch: the small-M and the large-M kernel, tails in M, N and K."""
+    s = on(arch)
+    kinds = set()
+    for m, n, k in ((7, 200, 400), (83, 136, 272)):
+        first = len(s.launches())
+        a, sa, b, sb = gemm_inputs(arch, m, n, k)
+        check_gemm(ops.gemm_a8w8_blockscale(a, sa, b, sb), a, sa, b, sb)
+        kinds |= {("lds" if "_lds_" in x.uri else "mma") for x in launched(s, first)}
+    assert kinds == {"mma", "lds"}, kinds
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_gemm_configs(arch):
+    """Every config the build compiles and the swap / split-K forms, on tails in M, N and K,
+    with column-major (TMA-padded) activation scales."""
+    on(arch)
+    from codegen.ops.gemm import gemm_with_config
+
+    for c in gemm_configs(arch):
+        m, n, k = (c["block_m"] + 3, c["block_n"] * 2 + 8, 128 * 2 + 16)
+        a, sa, b, sb = gemm_inputs(arch, m, n, k)
+        sa_col = torch.empty(sa.shape[1], -(-m // 4) * 4)[:, :m].t()
+        sa_col.copy_(sa)
+        out = gemm_with_config(a, sa_col, b, sb, c)
+        check_gemm(out, a, sa, b, sb)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_rmsnorm_quant_into_gemm(arch):
+    """rmsnorm_group_quant's col_tma scales consumed by the GEMM as they are."""
+    on(arch)
+    dtype, fmax = fp8_of(arch)
+    x, w = data(5, 384, torch.bfloat16), weight(384, torch.bfloat16)
+    q, s = ops.rmsnorm_group_quant(x, w, EPS, 128, scale_layout="col_tma")
+    b, sb = quant_blocks(torch.randn(160, 384) * 0.05, 128, dtype, fmax)
+    check_gemm(ops.gemm_a8w8_blockscale(q, s, b, sb), q, s.contiguous(), b, sb)
+
+
+# ---- the emulator's gaps (codegen.emu.gaps): each fix, and what goes wrong without it ----
+
+def evaluate(fn, bits: list[int]) -> list[int]:
+    """fn over uint32 inputs, run by tinygrad on the CPU (as the emulator runs an instruction)."""
+    emu.emulator()
+    from tinygrad import Tensor, dtypes
+
+    return Tensor(fn(Tensor(bits, dtype=dtypes.uint32).uop)).numpy().tolist()
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e4m3fnuz"])
+def test_emu_gap_fp8_convert(fmt):
+    """V_CVT_PK_FP8_F32 as the ISA states it (RNE, denormal results kept; FNUZ on gfx942)
+    equals torch's conversion on 100k values; the emulator's own flushes denormal results
+    (and knows only OCP)."""
+    from codegen.emu import gaps
+
+    dtype, bias, mx = {"e4m3fn": (torch.float8_e4m3fn, 7, 448.0),
+                       "e4m3fnuz": (torch.float8_e4m3fnuz, 8, 240.0)}[fmt]
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(100000, generator=g) * torch.exp2(
+        torch.randint(-14, 10, (100000,), generator=g).float())
+    x = torch.cat([x, torch.tensor([0.0, -0.0, 2.0 ** (-bias - 2), -3 * 2.0 ** (-bias - 4)])])
+    x = x.clamp(-mx, mx)
+    bits = x.view(torch.int32).numpy().astype("uint32").tolist()
+    want = x.to(dtype).view(torch.uint8).tolist()
+    ours = evaluate(lambda u: gaps.f32_to_e4m3(u, bias, fmt == "e4m3fnuz"), bits)
+    assert ours == want
+    theirs = evaluate(gaps._ORIGINAL_FUNCS["f32_to_fp8"], bits)
+    denormal = {i for i, b in enumerate(want) if b & 0x78 == 0 and b & 0x07}   # denormal results
+    assert denormal and all(theirs[i] & 0x7F == 0 for i in denormal)           # flushed
+    if fmt == "e4m3fnuz":   # and the decode the MFMA inputs go through
+        decoded = evaluate(lambda u: gaps.e4m3fnuz_to_f32(u).bitcast(u.dtype), list(range(256)))
+        want = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fnuz).float()
+        got = torch.tensor(decoded, dtype=torch.int64).to(torch.int32).view(torch.float32)
+        assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0))
+
+
+def test_emu_gap_fnuz_gemm_inputs():
+    """gfx942's MFMA reads FNUZ bytes (bias 8): read as OCP, every product is off by 2x."""
+    from codegen.emu import gaps
+
+    on("gfx942")
+    a, sa, b, sb = gemm_inputs("gfx942", 7, 136, 256)
+    check_gemm(ops.gemm_a8w8_blockscale(a, sa, b, sb), a, sa, b, sb)
+    with gaps.disabled("fp8_fnuz"):
+        out = ops.gemm_a8w8_blockscale(a, sa, b, sb)
+    assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5
+
+
+def test_emu_gap_wmma_fp8_and_global_inv():
+    """gfx1201's V_WMMA_F32_16X16X16_FP8_FP8 takes FP8 inputs (the emulator read them as f16),
+    and its GLOBAL_INV is a cache operation (the emulator has no entry for it)."""
+    from codegen.emu import gaps
+
+    on("gfx1201")
+    a, sa, b, sb = gemm_inputs("gfx1201", 7, 136, 256)
+    with gaps.disabled("global_inv"):
+        with pytest.raises(RuntimeError, match="GLOBAL_INV"):
+            ops.gemm_a8w8_blockscale(a, sa, b, sb)
+    with gaps.disabled("wmma_fp8"):
+        out = ops.gemm_a8w8_blockscale(a, sa, b, sb)
+    assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5
+
+
+def test_emu_gap_float_denorm():
+    """The kernels keep f32 denormals (FLOAT_DENORM_MODE_32 = 3); the emulator ran every
+    instruction with x86 DAZ + FTZ, i.e. flushed them: denormal weights gave zeros."""
+    from codegen.emu import gaps
+
+    on("gfx950")
+    x, w = torch.randn(2, 256), torch.randn(256) * 1e-39
+    want = reference.rmsnorm(x, w, EPS)
+    check_ulps("emu_rmsnorm_denormal_weights", ops.rmsnorm(x, w, EPS), want)
+    with gaps.disabled("float_denorm"):
+        flushed = ops.rmsnorm(x, w, EPS)
+    assert (flushed == 0).all() and (want != 0).all()
