@@ -166,10 +166,13 @@ def test_gemm_refused_without_fp8(generated, arch):
 
 
 def _instructions(asm) -> list[str]:
-    """The instruction lines of an assembly file (directives, labels and comments dropped)."""
+    """The instruction lines of an assembly file (directives, labels, comments and the metadata
+    block dropped)."""
     out = []
     for line in asm.read_text().splitlines():
         s = line.split(";")[0].strip()
+        if s.startswith(".amdgpu_metadata"):
+            break
         if s and not s.startswith(".") and not s.endswith(":"):
             out.append(s)
     return out
