@@ -10,6 +10,7 @@ import threading
 from functools import cache
 
 from .build import module_path
+from .build.jit import compile_variant, evict_module
 from .families import get as get_family
 from .render import symbol
 from .spec import Variant, load_family, make_variant, validate
@@ -58,6 +59,16 @@ def supports(family: str, arch: str, **params) -> tuple[bool, str]:
         return False, str(e)
 
 
+def _load(variant: Variant):
+    """The variant's module, loaded; one that fails to load is evicted and built again, once."""
+    path = module_path(variant)
+    try:
+        return ctypes.PyDLL(str(path))
+    except OSError:
+        evict_module(variant, path)
+        return ctypes.PyDLL(str(compile_variant(variant, loadable=True, aot=False)))
+
+
 def kernel(variant: Variant):
     """The launcher of a variant, loaded once per process."""
     fn = _loaded.get(variant)
@@ -68,7 +79,7 @@ def kernel(variant: Variant):
         if fn is None:
             # PyDLL: the launchers only enqueue work, so the GIL stays held (as torch holds it
             # around its own launches) instead of being released and taken back per call.
-            lib = ctypes.PyDLL(str(module_path(variant)))
+            lib = _load(variant)
             fn = getattr(lib, symbol(variant))
             fn.argtypes = get_family(variant.family).ARGTYPES
             fn.restype = ctypes.c_int

@@ -19,6 +19,15 @@ def cache_dir() -> Path:
     return base / "codegen"
 
 
+def cache_dir_origin() -> str:
+    """What chose cache_dir(), for error messages."""
+    if os.environ.get("CODEGEN_CACHE_DIR"):
+        return "CODEGEN_CACHE_DIR"
+    if os.environ.get("XDG_CACHE_HOME"):
+        return "XDG_CACHE_HOME (set CODEGEN_CACHE_DIR to choose another)"
+    return "the default ~/.cache/codegen (set CODEGEN_CACHE_DIR to choose another)"
+
+
 def aot_dir() -> Path | None:
     """CODEGEN_AOT_DIR: where build.py's modules are looked up first (default generated/)."""
     return _path("CODEGEN_AOT_DIR")
@@ -39,10 +48,29 @@ def nvcc() -> str | None:
     return os.environ.get("CODEGEN_NVCC")
 
 
+def _positive(name: str, what: str, convert=int):
+    value = os.environ.get(name)
+    if not value:
+        return None
+    try:
+        n = convert(value)
+    except ValueError:
+        n = 0
+    if not n > 0:
+        raise ValueError(f"{name}={value!r}: expected a positive number ({what})")
+    return n
+
+
 def build_jobs() -> int | None:
-    """CODEGEN_JOBS: parallel compile jobs for build.py and JIT (default: ninja's choice)."""
-    value = os.environ.get("CODEGEN_JOBS")
-    return int(value) if value else None
+    """CODEGEN_JOBS: parallel compile jobs for build.py and JIT, a positive integer (default:
+    ninja's choice)."""
+    return _positive("CODEGEN_JOBS", "parallel compile jobs")
+
+
+def lock_timeout() -> float:
+    """CODEGEN_LOCK_TIMEOUT: seconds to wait for a build lock another process holds before
+    giving up with its holder named (default 600); the wait is reported after 5 s."""
+    return _positive("CODEGEN_LOCK_TIMEOUT", "seconds", float) or 600.0
 
 
 def verbose() -> bool:

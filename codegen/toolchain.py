@@ -108,6 +108,16 @@ OCLC_ABI_SOURCE = ('__attribute__((visibility("hidden"))) __constant int __oclc_
                    ' = 500;\n')
 
 
+def hip_include_dir(tc: Toolchain) -> Path | None:
+    """The HIP headers a gfx toolchain compiles against (their content goes into the key)."""
+    if tc.name == "clang":
+        rocm_path = next((f for f in tc.flags if f.startswith("--rocm-path=")), None)
+        return Path(rocm_path.split("=", 1)[1]) / "include" if rocm_path else None
+    if tc.name == "rocm":
+        return Path(tc.compiler).parent.parent / "include" / "hip"
+    return None
+
+
 def device_library(tc: Toolchain) -> Path:
     """ockl.bc (what threadIdx / gridDim go through) shipped beside the HIP headers."""
     rocm_path = next(f for f in tc.flags if f.startswith("--rocm-path="))

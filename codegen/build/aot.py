@@ -8,10 +8,12 @@ from pathlib import Path
 
 from ..families import get as get_family
 from ..render import included_headers, render, source_suffix
+from .. import knobs
 from ..spec import Variant, enumerate_variants, families, validate
 from ..targets import Target
 from ..toolchain import Toolchain, find
-from .jit import GENERATED, cache_key, run_ninja
+from . import store
+from .jit import GENERATED, aot_current, cache_key, key_record, run_ninja
 from .ninja import Edge, ninja_text, outputs_for, support_files, write_if_different
 from .resources import from_amdgpu_asm, from_ptxas_log
 
@@ -37,56 +39,95 @@ def plan(target: Target, ops: list[str] | None) -> list[Entry]:
 
 def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
           out_dir: Path | None = None, progress=None, emu: bool = False) -> dict:
-    """Render, compile and describe every variant; returns the manifest (also written).
-    emu: also the code object and CPU launcher the AMD emulator runs (codegen.emu)."""
-    out = (out_dir or GENERATED) / target.arch
-    out.mkdir(parents=True, exist_ok=True)
+    """Render, compile and describe every variant; returns the manifest (also written), with
+    the families not built this time kept as they were. emu: also the code object and CPU
+    launcher the AMD emulator runs (codegen.emu). Builds of one folder are serialized by a
+    lock in it; a run with nothing to do writes nothing (a read-only folder is fine then)."""
+    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+        raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
+    knobs.build_jobs()
+    origin = "build.py --out" if out_dir else f"the default {GENERATED} (build.py --out)"
+    out = store.ensure_dir((out_dir or GENERATED) / target.arch, origin)
     tc = find(target)
     entries = plan(target, ops)
+    files: dict[str, str] = {}          # generated text files: name -> content
     edges = []
     for e in entries:
         if e.status != "ok":
             continue
         text = render(e.variant)
         src = f"{e.variant.uri}{source_suffix(e.variant)}"
-        write_if_different(out / src, text)
+        files[src] = text
         e.key = cache_key(e.variant, text, tc)
         headers = tuple(str(p) for p in included_headers(text))
         e.outputs = [(o, rule, e.key) for o, rule in outputs_for(tc, e.variant.uri)]
         if emu:
             emu_key = cache_key(e.variant, text, tc, emu=True)
             e.outputs += [(o, rule, emu_key) for o, rule in outputs_for(tc, e.variant.uri, True)]
-        for output, rule, key in e.outputs:
-            _drop_if_stale(out, output, key)
-            edges.append(Edge(output, src, rule, headers))
-    for name, text in support_files(edges).items():
-        write_if_different(out / name, text)
-    write_if_different(out / "build.ninja", ninja_text(tc, edges))
-    total = len(edges)
-    on_line = None
-    if progress is not None:
-        progress.reset(total=total)
+        edges += [Edge(output, src, rule, headers) for output, rule, _ in e.outputs]
+    files.update(support_files(edges))
+    files["build.ninja"] = ninja_text(tc, edges)
 
-        def on_line(line):
-            m = re.match(r"\[(\d+)/(\d+)\]", line)
-            if m:
-                progress.n = int(m.group(1))
-                progress.refresh()
-    result = run_ninja(out, ["-k", "0"], jobs=jobs, on_line=on_line)
-    manifest = _manifest(target, tc, entries, out, result.stdout)
-    write_if_different(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
-    write_if_different(out / "dispatch.json", json.dumps(_dispatch(entries), indent=1) + "\n")
+    def work() -> tuple[list[str], list[str]]:
+        stale = [o for e in entries if e.status == "ok" for o, _, key in e.outputs
+                 if not aot_current(out / o, key)]
+        return stale, [n for n, t in files.items() if _read(out / n) != t]
+    if work() == ([], []):
+        return _publish(out, target, ops, _manifest(target, tc, entries, out, ""),
+                        _dispatch(entries), origin)
+    with store.locked(out / ".build.lock", origin):
+        try:
+            stale, changed = work()  # second look: a build that held the lock may have done it
+            for output in stale:     # built for another key, changed or gone: built again
+                (out / output).unlink(missing_ok=True)
+            for n in changed:
+                write_if_different(out / n, files[n])
+            log = _run(out, jobs, progress, len(edges)).stdout if stale or changed else ""
+            return _publish(out, target, ops, _manifest(target, tc, entries, out, log),
+                            _dispatch(entries), origin)
+        except OSError as e:
+            raise store.storage_error(e, origin) from None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _run(out: Path, jobs, progress, total: int):
+    if progress is None:
+        return run_ninja(out, ["-k", "0"], jobs=jobs)
+    progress.reset(total=total)
+
+    def on_line(line):
+        m = re.match(r"\[(\d+)/(\d+)\]", line)
+        if m:
+            progress.n = int(m.group(1))
+            progress.refresh()
+    return run_ninja(out, ["-k", "0"], jobs=jobs, on_line=on_line)
+
+
+def _publish(out: Path, target: Target, ops, manifest: dict, table: dict, origin: str) -> dict:
+    """Merges this run's families into the folder's manifest and dispatch table."""
+    built = set(ops or families())
+    old = json.loads(_read(out / "manifest.json") or "{}")
+    if old.get("arch") == target.arch:
+        kept = [r for r in old.get("variants", []) if r.get("op") not in built]
+        manifest["variants"] = sorted(kept + manifest["variants"], key=lambda r: r["op"])
+    old_table = json.loads(_read(out / "dispatch.json") or "{}")
+    table = dict(sorted({**{k: v for k, v in old_table.items() if k not in built},
+                         **table}.items()))
+    try:
+        write_if_different(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
+        write_if_different(out / "dispatch.json", json.dumps(table, indent=1) + "\n")
+    except OSError as e:
+        raise store.storage_error(e, origin) from None
     return manifest
 
 
 _MANIFEST_FIELD = {"asm": "asm", "module": "module", "co": "code_object", "host": "emu_launcher"}
-
-
-def _drop_if_stale(out: Path, output: str, key: str) -> None:
-    """A module built by another compiler or version is rebuilt even if ninja thinks it fresh."""
-    keyfile = out / f"{output}.key"
-    if keyfile.exists() and keyfile.read_text().strip() != key:
-        (out / output).unlink(missing_ok=True)
 
 
 def _manifest(target: Target, tc: Toolchain, entries: list[Entry], out: Path, log: str) -> dict:
@@ -110,10 +151,16 @@ def _manifest(target: Target, tc: Toolchain, entries: list[Entry], out: Path, lo
                 row["reason"] = _failure(out, missing[0], log)
             else:
                 for o, rule, key in e.outputs:
-                    (out / f"{o}.key").write_text(key + "\n")
+                    record = key_record(key, out / o)
+                    write_if_different(out / f"{o}.key", record)
                     row[_MANIFEST_FIELD[rule]] = o
                     if rule == "module":
-                        (out / f"{v.uri}.key").write_text(key + "\n")
+                        write_if_different(out / f"{v.uri}.key", record)
+                if row["asm"] and "amdhsa.kernels" not in (out / row["asm"]).read_text():
+                    row["status"] = "failed"
+                    row["reason"] = f"{row['asm']} holds no kernel metadata (damaged?)"
+                    variants.append(row)
+                    continue
                 res = (from_amdgpu_asm(out / row["asm"]) if row["asm"]
                        else from_ptxas_log(out / f"{row['module']}.log"))
                 row.update(res)

@@ -3,27 +3,30 @@
 A module lives at <cache>/<arch>/<uri>/<key>/ and is only ever created by an atomic rename of
 a finished staging dir, under a per-variant file lock with a second look after taking it:
 N processes starting cold build each module once, and a build killed halfway leaves only a
-staging dir that nothing loads.
+staging dir that nothing loads (the next build of the variant removes it). Each published dir
+records its outputs' sizes and hashes; a lookup that finds them changed or gone evicts the dir
+and builds it again, once, under the lock.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
-from functools import cache
 from pathlib import Path
-
-from filelock import FileLock
 
 from .. import __version__, knobs
 from ..render import ROOT, included_headers, render, source_suffix
 from ..spec import Variant
-from ..toolchain import Toolchain, find
-from ..toolchain import EMU_SHIM, device_library
+from ..toolchain import EMU_SHIM, Toolchain, device_library, find, hip_include_dir
+from . import store
 from .ninja import Edge, ninja_text, outputs_for, support_files
+from .store import StorageError, file_hash
 
 ABI = "ctypes-1"   # how modules are bound; bump when the launcher convention changes
 GENERATED = ROOT / "generated"
@@ -39,17 +42,6 @@ class CompileError(RuntimeError):
             f"  repro: ninja -C {source.parent}\n--- compiler output ---\n{output}")
 
 
-@cache
-def _file_hash(path: Path, _stamp: tuple) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def file_hash(path: Path) -> str:
-    """Content hash of a file, recomputed when its size or mtime changes."""
-    st = path.stat()
-    return _file_hash(path, (st.st_size, st.st_mtime_ns))
-
-
 def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -> str:
     """Content hash of everything that decides the bytes of the built module; emu: also of
     the emulator outputs (codegen.emu) and what they link."""
@@ -57,6 +49,7 @@ def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -
     parts = {
         "source": source,
         "headers": {p.name: p.read_text() for p in included_headers(source)},
+        "hip_headers": store.tree_hash(hip) if (hip := hip_include_dir(tc)) else None,
         "toolchain": tc.identity,
         "flags": list(tc.flags),
         "arch": variant.arch,
@@ -70,22 +63,42 @@ def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -
     return h.hexdigest()[:24]
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In ninja's process: SIGTERM when the Python process that started it dies (ninja then
+    stops the commands it runs), so a killed build leaves no compiler running."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
 def run_ninja(build_dir: Path, targets: list[str] | None = None, jobs: int | None = None,
               on_line=None) -> subprocess.CompletedProcess:
     cmd = [_ninja(), "-C", str(build_dir)]
-    if jobs or knobs.build_jobs():
-        cmd += ["-j", str(jobs or knobs.build_jobs())]
+    jobs = jobs if jobs is not None else knobs.build_jobs()
+    if jobs is not None:
+        if not isinstance(jobs, int) or jobs < 1:
+            raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
+        cmd += ["-j", str(jobs)]
     cmd += targets or []
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
-    if on_line is None:
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    extra = dict(preexec_fn=_die_with_parent) if sys.platform.startswith("linux") else {}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
+                            env=env, start_new_session=True, **extra)
     lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        on_line(line)
-    proc.wait()
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if on_line is not None:
+                on_line(line)
+        proc.wait()
+    except BaseException:          # interrupted: stop ninja and what it runs, then re-raise
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+        raise
     return subprocess.CompletedProcess(cmd, proc.returncode, "".join(lines), "")
 
 
@@ -106,11 +119,35 @@ def module_path(variant: Variant) -> Path:
     return compile_variant(variant, loadable=True)
 
 
+def read_key(keyfile: Path) -> tuple[str, int, str] | None:
+    """An ahead-of-time output's record: (cache key, size, sha256), or None if unreadable."""
+    try:
+        key, size, digest = keyfile.read_text().split()
+        return key, int(size), digest
+    except (OSError, ValueError):
+        return None
+
+
+def key_record(key: str, output: Path) -> str:
+    size, digest = store.describe(output)
+    return f"{key} {size} {digest}\n"
+
+
+def aot_current(output: Path, key: str) -> bool:
+    """output is the ahead-of-time build for key, unchanged since it was built."""
+    rec = read_key(output.with_name(output.name + ".key"))
+    if rec is None or rec[0] != key or not output.exists():
+        return False
+    return output.stat().st_size == rec[1] and store.sha256(output) == rec[2]
+
+
 def _aot_module(variant: Variant, key: str) -> Path | None:
-    d = (knobs.aot_dir() or GENERATED) / variant.arch
-    so, keyfile = d / f"{variant.uri}.so", d / f"{variant.uri}.key"
-    if so.exists() and keyfile.exists() and keyfile.read_text().strip() == key:
+    so = (knobs.aot_dir() or GENERATED) / variant.arch / f"{variant.uri}.so"
+    if aot_current(so, key):
         return so
+    if so.exists() and (rec := read_key(so.with_name(so.name + ".key"))) and rec[0] == key:
+        print(f"codegen: {so} differs from what was built; using the JIT cache instead",
+              file=sys.stderr)
     return None
 
 
@@ -121,41 +158,82 @@ def emu_outputs(variant: Variant) -> tuple[Path, Path]:
     key = cache_key(variant, render(variant), tc, emu=True)
     names = [out for out, _ in outputs_for(tc, variant.uri, emu=True)]
     d = (knobs.aot_dir() or GENERATED) / variant.arch
-    if all((d / f"{n}.key").exists() and (d / f"{n}.key").read_text().strip() == key
-           for n in names):
+    if all(aot_current(d / n, key) for n in names):
         return d / names[0], d / names[1]
     built = compile_variant(variant, emu=True)
     return built / names[0], built / names[1]
 
 
-def compile_variant(variant: Variant, loadable: bool = False, emu: bool = False) -> Path:
+_verified: set[Path] = set()    # published dirs this process has checked
+
+
+def compile_variant(variant: Variant, loadable: bool = False, emu: bool = False,
+                    aot: bool = True) -> Path:
     """Build (or find in the cache) one variant; returns its build dir, or the .so if loadable.
-    emu: the build dir also holds the code object and CPU launcher the emulator runs."""
+    emu: the build dir also holds the code object and CPU launcher the emulator runs.
+    aot: an ahead-of-time module may serve (loadable only)."""
     tc = find(variant.target)
     if loadable and not tc.loadable:
         raise RuntimeError(f"toolchain {tc.name} for {variant.arch} builds assembly only, "
                            f"not a loadable module; set ROCM_PATH to a ROCm install")
+    knobs.build_jobs()                              # a bad CODEGEN_JOBS fails before any work
     source = render(variant)
     key = cache_key(variant, source, tc, emu)
-    if loadable and (aot := _aot_module(variant, key)):
-        return aot
+    if loadable and aot and (found := _aot_module(variant, key)):
+        return found
+    origin = knobs.cache_dir_origin()
     base = knobs.cache_dir() / variant.arch / variant.uri
     final = base / key
-    if not final.exists():
-        base.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(base) + ".lock"):
-            if not final.exists():    # second look: another process may have built it
-                _build_and_publish(variant, source, tc, base, final, emu)
+    names = [out for out, _ in outputs_for(tc, variant.uri, emu)]
+    if final not in _verified or not final.exists():
+        store.ensure_dir(base, origin)
+        with store.locked(Path(str(base) + ".lock"), origin):
+            # second look, under the lock: another process may have built (or repaired) it
+            reason = store.damage(final, names) if final.exists() else None
+            if final.exists() and reason:
+                print(f"codegen: cached {variant.uri} for {variant.arch} is damaged ({reason}); "
+                      f"rebuilding it", file=sys.stderr)
+                _evict(final)
+            if not final.exists():
+                store.remove_dead_staging(base)
+                try:
+                    _build_and_publish(variant, source, tc, base, final, names, emu)
+                except OSError as e:
+                    raise store.storage_error(e, origin) from None
+        _verified.add(final)
     if loadable:
         return final / f"{variant.uri}.so"
     return final
 
 
+def _evict(final: Path) -> None:
+    """Moves a published dir out of the way at once (rename), then removes it."""
+    gone = final.with_name(f".evicted-{final.name}-{os.getpid()}")
+    shutil.rmtree(gone, ignore_errors=True)
+    final.rename(gone)
+    shutil.rmtree(gone, ignore_errors=True)
+    _verified.discard(final)
+
+
+def evict_module(variant: Variant, module: Path) -> None:
+    """A cached module failed to load: evict its dir so the next lookup builds it again."""
+    final = module.parent
+    if knobs.cache_dir() in final.parents and final.exists():
+        with store.locked(Path(str(final.parent) + ".lock"), knobs.cache_dir_origin()):
+            if final.exists():
+                print(f"codegen: {module} does not load; rebuilding {variant.uri}",
+                      file=sys.stderr)
+                _evict(final)
+
+
+_STORAGE_FAILURES = ("No space left on device", "Read-only file system", "Disk quota exceeded")
+
+
 def _build_and_publish(variant: Variant, source: str, tc: Toolchain, base: Path,
-                       final: Path, emu: bool = False) -> None:
+                       final: Path, names: list[str], emu: bool = False) -> None:
     global BUILDS
     BUILDS += 1
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=base))
+    staging = Path(tempfile.mkdtemp(prefix=store.staging_prefix(), dir=base))
     try:
         src = staging / f"{variant.uri}{source_suffix(variant)}"
         src.write_text(source)
@@ -167,11 +245,22 @@ def _build_and_publish(variant: Variant, source: str, tc: Toolchain, base: Path,
         (staging / "build.ninja").write_text(ninja_text(tc, edges))
         result = run_ninja(staging)
         if result.returncode != 0:
+            output = result.stdout + result.stderr
             keep = base / f"failed-{final.name}"
             shutil.rmtree(keep, ignore_errors=True)
+            for out in names:                     # partial outputs go; logs and source stay
+                (staging / out).unlink(missing_ok=True)
             staging.rename(keep)
-            raise CompileError(variant, f"ninja -C {keep}", result.stdout + result.stderr,
-                               keep / src.name)
+            storage = next((m for m in _STORAGE_FAILURES if m in output), None)
+            if storage or not output.strip():
+                free = shutil.disk_usage(base).free >> 20
+                raise StorageError(
+                    f"building {variant.uri} in {base} failed: "
+                    f"{storage or 'the compiler said nothing'} ({free} MiB free; the folder is "
+                    f"chosen by {knobs.cache_dir_origin()}); log in {keep}")
+            raise CompileError(variant, f"ninja -C {keep}", output, keep / src.name)
+        store.record(staging, names)
+        store.share(staging)
         staging.rename(final)    # atomic publish
     finally:
         if staging.exists():

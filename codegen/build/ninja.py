@@ -43,7 +43,13 @@ def support_files(edges: list[Edge]) -> dict[str, str]:
 
 
 def _escape(path: str) -> str:
+    """A path on a build line."""
     return path.replace("$", "$$").replace(" ", "$ ").replace(":", "$:")
+
+
+def _value(words) -> str:
+    """A variable's value: shell-quoted words, with ninja's $ escaped."""
+    return " ".join(shlex.quote(w) for w in words).replace("$", "$$")
 
 
 def ninja_text(tc: Toolchain, edges: list[Edge]) -> str:
@@ -52,9 +58,9 @@ def ninja_text(tc: Toolchain, edges: list[Edge]) -> str:
     run = "$compiler {flags} -o $out $in > $out.log 2>&1 || (cat $out.log; exit 1)"
     lines = [
         "ninja_required_version = 1.3",
-        f"compiler = {shlex.quote(tc.compiler)}",
-        "module_flags = " + " ".join(shlex.quote(f) for f in tc.flags),
-        "asm_flags = " + " ".join(shlex.quote(f) for f in asm_flags(tc)),
+        "compiler = " + _value([tc.compiler]),
+        "module_flags = " + _value(tc.flags),
+        "asm_flags = " + _value(asm_flags(tc)),
         "",
         "rule module",
         "  command = " + run.format(flags="$module_flags"),
@@ -76,14 +82,12 @@ def ninja_text(tc: Toolchain, edges: list[Edge]) -> str:
 
 
 def _emu_rules(tc: Toolchain) -> list[str]:
-    q = " ".join
-    host = q(shlex.quote(f) for f in host_flags(tc))
     return [
-        "co_flags = " + q(shlex.quote(f) for f in code_object_flags(tc, ABI_BC)),
-        "host_flags = " + host,
+        "co_flags = " + _value(code_object_flags(tc, ABI_BC)),
+        "host_flags = " + _value(host_flags(tc)),
         "",
         "rule abi",
-        "  command = $compiler " + q(abi_flags(tc)) + " -o $out $in",
+        "  command = $compiler " + _value(abi_flags(tc)) + " -o $out $in",
         "  description = abi $out",
         "",
         "rule co",
@@ -109,11 +113,15 @@ def _emu_rules(tc: Toolchain) -> list[str]:
 
 
 def write_if_different(path: Path, text: str) -> bool:
-    """Write only when the content changes, so ninja rebuilds only what changed."""
-    if path.exists() and path.read_text() == text:
-        return False
+    """Write only when the content changes, so ninja rebuilds only what changed; at once
+    (a unique temp name, then rename), so concurrent writers and readers see whole files."""
+    try:
+        if path.read_text() == text:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    from .store import write_atomic
+
+    write_atomic(path, text)
     return True

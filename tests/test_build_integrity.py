@@ -1,0 +1,376 @@
+"""The JIT cache and generated/ under faults: nothing damaged is reused, nothing recorded is lost,
+causes are named. A stand-in compiler (a shell script) makes the builds fast and the faults
+easy to inject; the concurrency and SIGKILL guarantees with the real compiler are test_jit.py's.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import codegen.build.aot as aot
+import codegen.build.jit as jit
+from codegen.build import store
+from codegen.build.ninja import write_if_different
+from codegen.spec import make_variant
+from codegen.targets import get_target
+from codegen.toolchain import Toolchain
+
+ROOT = Path(__file__).resolve().parent.parent
+V = dict(dtype="bf16", group_size=128, fp8="e4m3fn448", scale_layout="row", ue8m0=False)
+FAKE_CC = r"""#!/bin/sh
+# stand-in compiler: -o OUT ... IN; writes fake assembly, or a real tiny .so for *.so
+out=""; prev=""
+for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done
+eval "in=\${$#}"
+[ -n "$FAKE_CC_LOG" ] && echo "$out" >> "$FAKE_CC_LOG"
+if [ -n "$FAKE_CC_SLEEP" ]; then echo $$ > "$FAKE_CC_PIDFILE"; exec sleep "$FAKE_CC_SLEEP"; fi
+if [ "$FAKE_CC_FAIL" = enospc ]; then
+  echo partial > "$out"; echo "fatal error: No space left on device" >&2; exit 1
+fi
+case "$out" in
+  *.so) sym=$(grep -o 'cg_[A-Za-z0-9_]*' "$in" | head -n 1)
+        echo "int $sym(void) { return 0; }" | cc -shared -fPIC -x c - -o "$out" ;;
+  *) printf 'fake assembly of %s\n  .vgpr_count: 10\n  .sgpr_count: 12\n  .wavefront_size: 64\n---\namdhsa.kernels:\n' "$in" > "$out" ;;
+esac
+"""
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """A stand-in toolchain (in a path with '$' and a space) and an empty cache."""
+    tools = tmp_path / "to$ols dir"
+    (tools / "hip" / "include" / "hip").mkdir(parents=True)
+    (tools / "hip" / "include" / "hip" / "hip_runtime.h").write_text("// v1\n")
+    cc = tools / "cc"
+    cc.write_text(FAKE_CC)
+    cc.chmod(0o755)
+    log = tmp_path / "compiles.log"
+    cache = tmp_path / "ca$he dir"
+    monkeypatch.setenv("CODEGEN_CACHE_DIR", str(cache))
+    monkeypatch.setenv("FAKE_CC_LOG", str(log))
+    monkeypatch.delenv("CODEGEN_JOBS", raising=False)
+    hip = Toolchain("clang", str(cc), "fake 1", (
+        "-x", "hip", "--offload-arch=gfx950", "-nogpulib", "--cuda-device-only", "-O3",
+        f"--rocm-path={tools / 'hip'}"), False)
+    nv = Toolchain("nvcc", str(cc), "fake 1", ("-O3",), True)
+    pick = lambda target: nv if target.vendor == "nvidia" else hip   # noqa: E731
+    monkeypatch.setattr(jit, "find", pick)
+    monkeypatch.setattr(aot, "find", pick)
+    jit._verified.clear()
+
+    class Fake:
+        path, tools_dir, cache_dir, hip_tc = cc, tools, cache, hip
+
+        @staticmethod
+        def compiles() -> list[str]:
+            return log.read_text().split() if log.exists() else []
+    return Fake
+
+
+def quant(arch="gfx950", **kw):
+    return make_variant("group_quant_fp8", arch, **{**V, **kw})
+
+
+def asm_of(d: Path, v) -> Path:
+    return d / f"{v.uri}.s"
+
+
+# ---- 1. damaged artifacts ----
+
+@pytest.mark.parametrize("damage", ["truncate", "garble", "delete", "empty_dir"])
+def test_damaged_cache_entry_is_rebuilt_once(fake, damage, capfd):
+    v = quant()
+    d = jit.compile_variant(v)
+    good = asm_of(d, v).read_bytes()
+    if damage == "truncate":
+        asm_of(d, v).write_bytes(good[:10])
+    elif damage == "garble":
+        asm_of(d, v).write_bytes(good[::-1])
+    elif damage == "delete":
+        asm_of(d, v).unlink()
+    else:
+        for p in d.iterdir():
+            p.unlink()
+    jit._verified.clear()                       # a new process
+    builds = jit.BUILDS
+    assert jit.compile_variant(v) == d
+    assert jit.BUILDS == builds + 1 and asm_of(d, v).read_bytes() == good
+    err = capfd.readouterr().err
+    assert err.count("is damaged") == 1 and v.uri in err
+    jit._verified.clear()
+    jit.compile_variant(v)
+    assert jit.BUILDS == builds + 1             # intact now: no second rebuild
+
+
+def test_truncated_module_is_rebuilt_not_loaded(fake):
+    from codegen import dispatch
+
+    v = make_variant("group_quant_fp8", "sm_90a", **V)
+    so = jit.module_path(v)
+    size = so.stat().st_size
+    so.write_bytes(so.read_bytes()[:100])
+    jit._verified.clear()
+    dispatch._loaded.pop(v, None)
+    assert dispatch.kernel(v) is not None       # built again, then loaded
+    assert so.stat().st_size == size
+
+
+def test_generated_module_that_changed_is_not_loaded(fake, tmp_path, monkeypatch, capfd):
+    v = make_variant("group_quant_fp8", "sm_90a", **V)
+    out = tmp_path / "gen"
+    aot.build(get_target("sm_90a"), ops=["group_quant_fp8"], out_dir=out)
+    monkeypatch.setenv("CODEGEN_AOT_DIR", str(out))
+    so = out / "sm_90a" / f"{v.uri}.so"
+    assert jit.module_path(v) == so
+    good = so.read_bytes()
+    so.write_bytes(good[:100])                  # its .key still names the right cache key
+    assert jit.module_path(v) != so and "differs from what was built" in capfd.readouterr().err
+    n = len(fake.compiles())
+    aot.build(get_target("sm_90a"), ops=["group_quant_fp8"], out_dir=out)
+    assert so.read_bytes() == good and len(fake.compiles()) == n + 1
+
+
+def test_truncated_asm_without_key_is_rebuilt_and_its_resources_read(fake, tmp_path):
+    out = tmp_path / "gen"
+    target = get_target("gfx950")
+    aot.build(target, ops=["group_quant_fp8"], out_dir=out)
+    v = quant()
+    s = out / "gfx950" / f"{v.uri}.s"
+    s.write_text("trunc")
+    (out / "gfx950" / f"{v.uri}.s.key").unlink()
+    n = len(fake.compiles())
+    manifest = aot.build(target, ops=["group_quant_fp8"], out_dir=out)
+    assert len(fake.compiles()) == n + 1
+    row = next(r for r in manifest["variants"] if r["uri"] == v.uri)
+    assert row["status"] == "ok" and row["vgpr_count"] == 10
+
+
+# ---- 2. what build.py records ----
+
+def test_build_of_some_families_keeps_the_others(fake, tmp_path):
+    out, target = tmp_path / "gen", get_target("gfx950")
+    first = aot.build(target, ops=["group_quant_fp8", "rmsnorm"], out_dir=out)
+    aot.build(target, ops=["rmsnorm"], out_dir=out)
+    manifest = json.loads((out / "gfx950" / "manifest.json").read_text())
+    assert len(manifest["variants"]) == len(first["variants"])
+    assert {r["op"] for r in manifest["variants"]} == {"group_quant_fp8", "rmsnorm"}
+    assert set(json.loads((out / "gfx950" / "dispatch.json").read_text())) == {
+        "group_quant_fp8", "rmsnorm"}
+
+
+BUILD_SNIPPET = """
+import sys
+from pathlib import Path
+import codegen.build.aot as aot, codegen.build.jit as jit
+from codegen.targets import get_target
+from codegen.toolchain import Toolchain
+tc = Toolchain("clang", sys.argv[1], "fake 1", ("-x", "hip", "--offload-arch=gfx950",
+               "-nogpulib", "--cuda-device-only", "-O3", "--rocm-path=" + sys.argv[3]), False)
+aot.find = jit.find = lambda target: tc
+aot.build(get_target("gfx950"), ops=["group_quant_fp8"], out_dir=Path(sys.argv[2]))
+"""
+
+
+def test_two_builds_of_one_folder_are_serialized(fake, tmp_path):
+    out = tmp_path / "gen"
+    args = [sys.executable, "-c", BUILD_SNIPPET, str(fake.path), str(out),
+            str(fake.tools_dir / "hip")]
+    procs = [subprocess.Popen(args, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    assert all(p.wait(timeout=300) == 0 for p in procs), [p.stderr.read() for p in procs]
+    compiles = fake.compiles()
+    assert len(compiles) == len(set(compiles)) == 54      # every variant compiled once
+
+
+def test_concurrent_writers_and_readers_see_whole_files(tmp_path):
+    path = tmp_path / "f.json"
+    texts = [f"{i}" * 5000 for i in range(8)]
+    write_if_different(path, texts[0])
+    errors, seen = [], set()
+
+    def writer(t):
+        try:
+            for _ in range(100):
+                write_if_different(path, t)
+        except Exception as e:      # noqa: BLE001
+            errors.append(e)
+
+    def reader():
+        for _ in range(500):
+            seen.add(path.read_text())
+    threads = [threading.Thread(target=writer, args=(t,)) for t in texts]
+    threads.append(threading.Thread(target=reader))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and seen <= set(texts)
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+# ---- 3. the key ----
+
+def test_cache_key_covers_the_hip_headers(fake):
+    v = quant()
+    src = jit.render(v)
+    before = jit.cache_key(v, src, fake.hip_tc)
+    header = fake.tools_dir / "hip" / "include" / "hip" / "hip_runtime.h"
+    header.write_text("// v2, another ROCm release\n")
+    os.utime(header, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert jit.cache_key(v, src, fake.hip_tc) != before
+
+
+# ---- 4. causes named ----
+
+def test_bad_jobs_are_refused_before_any_build(fake, tmp_path, monkeypatch):
+    out = subprocess.run([sys.executable, "build.py", "--arch", "gfx950", "--jobs", "-3"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "--jobs" in out.stderr and "positive integer" in out.stderr
+    for value in ("-3", "abc", "0"):
+        monkeypatch.setenv("CODEGEN_JOBS", value)
+        with pytest.raises(ValueError, match="CODEGEN_JOBS"):
+            jit.compile_variant(quant())
+        with pytest.raises(ValueError, match="CODEGEN_JOBS"):
+            aot.build(get_target("gfx950"), ops=["group_quant_fp8"], out_dir=tmp_path / "g")
+    assert fake.compiles() == []
+
+
+def test_full_disk_is_named_and_leaves_no_partial_output(fake, monkeypatch):
+    monkeypatch.setenv("FAKE_CC_FAIL", "enospc")
+    v = quant()
+    with pytest.raises(store.StorageError, match="No space left on device") as e:
+        jit.compile_variant(v)
+    assert "CODEGEN_CACHE_DIR" in str(e.value) and "\n" not in str(e.value)
+    failed = next((fake.cache_dir / "gfx950" / v.uri).glob("failed-*"))
+    assert not (failed / f"{v.uri}.s").exists() and (failed / f"{v.uri}.s.log").exists()
+    monkeypatch.delenv("FAKE_CC_FAIL")
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device", str(fake.cache_dir / "x"))
+    monkeypatch.setattr(store, "record", full)
+    with pytest.raises(store.StorageError, match="disk is full.*CODEGEN_CACHE_DIR"):
+        jit.compile_variant(v)
+
+
+def test_a_run_with_nothing_to_do_writes_nothing(fake, tmp_path, monkeypatch):
+    out, target = tmp_path / "gen", get_target("gfx950")
+    aot.build(target, ops=["group_quant_fp8"], out_dir=out)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+
+    def read_only(*a, **k):
+        raise OSError(30, "Read-only file system", str(out))
+    monkeypatch.setattr(store, "write_atomic", read_only)
+    aot.build(target, ops=["group_quant_fp8"], out_dir=out)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(store.StorageError, match="--out"):
+        aot.build(target, ops=["group_quant_fp8"], out_dir=blocker)
+
+
+def test_unusable_cache_dir_names_the_variable(fake, tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    monkeypatch.setenv("CODEGEN_CACHE_DIR", str(blocker))
+    with pytest.raises(store.StorageError, match="CODEGEN_CACHE_DIR") as e:
+        jit.compile_variant(quant())
+    assert str(blocker) in str(e.value)
+    monkeypatch.setenv("CODEGEN_CACHE_DIR", str(tmp_path / "missing" / "cache"))
+    assert jit.compile_variant(quant()).exists()              # a missing one is made
+
+
+HOLD_SNIPPET = """
+import sys, time
+from pathlib import Path
+from codegen.build import store
+with store.locked(Path(sys.argv[1]), "test"):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_stuck_lock_holder_is_named_and_the_wait_ends(fake, monkeypatch, capfd):
+    v = quant()
+    base = fake.cache_dir / "gfx950" / v.uri
+    base.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_SNIPPET, str(base) + ".lock"],
+                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("CODEGEN_LOCK_TIMEOUT", "2")
+        monkeypatch.setattr(store, "WAIT_NOTICE_S", 1.0)
+        start = time.monotonic()
+        with pytest.raises(store.LockTimeout, match=f"pid {holder.pid}") as e:
+            jit.compile_variant(v)
+        assert time.monotonic() - start < 10 and str(base) in str(e.value)
+        assert f"held by pid {holder.pid}" in capfd.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# ---- 5. leaks ----
+
+JIT_SNIPPET = """
+import sys
+import codegen.build.jit as jit
+from codegen.spec import make_variant
+from codegen.toolchain import Toolchain
+tc = Toolchain("clang", sys.argv[1], "fake 1", ("-x", "hip", "--offload-arch=gfx950",
+               "-nogpulib", "--cuda-device-only", "-O3", "--rocm-path=" + sys.argv[2]), False)
+jit.find = lambda target: tc
+jit.compile_variant(make_variant("group_quant_fp8", "gfx950", dtype="bf16", group_size=128,
+                                 fp8="e4m3fn448", scale_layout="row", ue8m0=False))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped) counts as gone
+    status = Path(f"/proc/{pid}/status")
+    return not (status.exists() and "\nState:\tZ" in status.read_text())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")
+def test_killed_build_leaves_no_compiler_running_and_its_staging_is_cleared(fake, tmp_path,
+                                                                           monkeypatch):
+    pidfile = tmp_path / "cc.pid"
+    env = dict(os.environ, FAKE_CC_SLEEP="60", FAKE_CC_PIDFILE=str(pidfile))
+    p = subprocess.Popen([sys.executable, "-c", JIT_SNIPPET, str(fake.path),
+                          str(fake.tools_dir / "hip")], cwd=ROOT, env=env)
+    deadline = time.time() + 60
+    while not pidfile.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    cc_pid = int(pidfile.read_text())
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    deadline = time.time() + 10
+    while _alive(cc_pid) and time.time() < deadline:
+        time.sleep(0.05)
+    assert not _alive(cc_pid), "the compiler outlived the killed build"
+    base = fake.cache_dir / "gfx950" / quant().uri
+    assert list(base.glob(".staging-*"))          # left behind by the dead builder ...
+    jit.compile_variant(quant())
+    assert not list(base.glob(".staging-*"))      # ... and removed by the next build
+
+
+# ---- 6. sharing ----
+
+def test_published_dirs_follow_the_umask_and_odd_paths_work(fake):
+    old = os.umask(0o022)
+    try:
+        d = jit.compile_variant(quant())
+    finally:
+        os.umask(old)
+    assert "$" in str(fake.cache_dir) and " " in str(fake.path)     # both paths are odd
+    assert d.stat().st_mode & 0o777 == 0o755
+    assert (d / f"{quant().uri}.s").stat().st_mode & 0o777 == 0o644
