@@ -1,7 +1,11 @@
 """Benchmarks against peers measured in the same run: `make bench` (python -m codegen.bench).
 
-Prints one table per section and writes all figures as JSON (--json PATH). Timing: CUDA events
-around each call, median of many, L2 flushed between calls (triton.testing.do_bench when present).
+Prints one table per section and writes all figures as JSON (--json PATH). Two timings per cell:
+- graph: the per-call time inside a CUDA graph of many back-to-back calls over rotating input
+  sets larger than 2x L2, what a serving engine's captured step sees (no launch cost, cold
+  inputs); the main figure, against the copy timed the same way;
+- event: CUDA events around each call, median of many, L2 flushed between calls
+  (triton.testing.do_bench when present): launch cost included.
 """
 from __future__ import annotations
 
@@ -40,6 +44,41 @@ def bench_us(fn, warmup_ms=25, rep_ms=100) -> float:
     return statistics.median(times)
 
 
+def graph_us(make, nbytes: int, min_calls: int = 64) -> float:
+    """Per-call time (us) in a CUDA graph of back-to-back calls: make() returns one call bound
+    to fresh inputs (nbytes read and written per call); enough are made that their inputs
+    exceed 2x L2 (up to 4096 sets: calls of under 30 KB then share a warm L2, as they do in a
+    decode step), and the graph runs them in turn at least min_calls times."""
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    sets = max(2, min(4096, -(-2 * l2 // max(nbytes, 1)) + 1))
+    calls = [make() for _ in range(sets)]
+    for c in calls:               # outside the capture: builds, loads, compiles, allocations
+        c()
+    torch.cuda.synchronize()
+    reps = -(-min_calls // sets)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            for c in calls:
+                c()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(7):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / (reps * sets))
+    return statistics.median(times)
+
+
+def both_us(make, nbytes: int) -> tuple[float, float]:
+    """(graph, event) times of one cell."""
+    return graph_us(make, nbytes), bench_us(make())
+
+
 def kernel_us(fn, n=20) -> float:
     """GPU time of the kernels fn() launches, per call, from the profiler's kernel records (no
     launch gaps, no host time): L2 flushed before each call, as bench_us does."""
@@ -66,6 +105,16 @@ def copy_bandwidth() -> float:
     return 2 * x.numel() * 2 / us / 1e3
 
 
+def copy_bandwidth_graph() -> float:
+    """The same copy, timed as graph_us times the kernels: the ceiling for the graph figures."""
+    def make():
+        x = torch.randn(8192, 7168, device="cuda").to(torch.bfloat16)
+        y = torch.empty_like(x)
+        return lambda: y.copy_(x)
+    nbytes = 2 * 8192 * 7168 * 2
+    return nbytes / graph_us(make, nbytes) / 1e3
+
+
 def empty_kernel_us() -> float:
     return bench_us(lambda: torch.cuda._sleep(0))
 
@@ -78,7 +127,14 @@ def table(title: str, cols: list[str], rows: list[list]) -> None:
         print("| " + " | ".join(f"{c:.3g}" if isinstance(c, float) else str(c) for c in r) + " |")
 
 
-def quant_section(copy_gbs: float, empty_us: float, quick: bool) -> list[dict]:
+def _bf16(t: int, h: int, dynamic: bool = False) -> torch.Tensor:
+    x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
+    if dynamic and t > 1:
+        torch._dynamo.mark_dynamic(x, 0)
+    return x
+
+
+def quant_section(copy: dict, empty_us: float, quick: bool) -> list[dict]:
     fp8_dtype = ops.per_token_group_quant_fp8(torch.ones(1, 128, device="cuda"))[0].dtype
     fmax = 224.0 if fp8_dtype == torch.float8_e4m3fnuz else 448.0
     ts = [1, 16, 128, 1024, 8192, 16384] if not quick else [1, 16, 8192]
@@ -90,26 +146,20 @@ def quant_section(copy_gbs: float, empty_us: float, quick: bool) -> list[dict]:
         compiled = torch.compile(ref)
         for h in hs:
             for t in ts:
-                x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
-                torch._dynamo.mark_dynamic(x, 0) if t > 1 else None
                 nbytes = t * h * 2 + t * h + t * (h // g) * 4
-                # The empty kernel's time drifts by 10-20% over a run: for the cells compared
-                # with it, it is measured just before and after them.
-                before = empty_kernel_us() if t <= 16 else empty_us
-                ours = bench_us(lambda: ops.per_token_group_quant_fp8(x, g))
-                empty = (before + empty_kernel_us()) / 2 if t <= 16 else empty_us
-                eager = bench_us(lambda: ref(x))
-                comp = bench_us(lambda: compiled(x))
-                results.append(dict(op="quant", g=g, t=t, h=h, us=ours, eager_us=eager,
-                                    compile_us=comp, gbs=nbytes / ours / 1e3,
-                                    copy_frac=nbytes / ours / 1e3 / copy_gbs,
-                                    vs_compile=comp / ours, empty_us=empty,
-                                    vs_empty=ours / empty))
-    table("per_token_group_quant_fp8, bf16 in (times in us; GB/s = bytes moved / time)",
-          ["G", "T", "H", "ours us", "GB/s", "of copy", "eager us", "compile us",
-           "x compile", "x empty kernel"],
-          [[r["g"], r["t"], r["h"], r["us"], r["gbs"], f"{r['copy_frac']:.0%}", r["eager_us"],
-            r["compile_us"], r["vs_compile"], r["vs_empty"]] for r in results])
+                gus, us = both_us(lambda: (lambda x=_bf16(t, h): ops.per_token_group_quant_fp8(
+                    x, g)), nbytes)
+                gcomp, comp = both_us(lambda: (lambda x=_bf16(t, h, True): compiled(x)), nbytes)
+                results.append(dict(op="quant", g=g, t=t, h=h, graph_us=gus, us=us,
+                                    compile_graph_us=gcomp, compile_us=comp,
+                                    gbs=nbytes / gus / 1e3,
+                                    copy_frac=nbytes / gus / 1e3 / copy["graph"],
+                                    vs_compile=gcomp / gus, empty_us=empty_us))
+    table("per_token_group_quant_fp8, bf16 in (us; GB/s = bytes moved / graph time)",
+          ["G", "T", "H", "graph us", "GB/s", "of copy", "event us", "compile graph us",
+           "x compile"],
+          [[r["g"], r["t"], r["h"], r["graph_us"], r["gbs"], f"{r['copy_frac']:.0%}", r["us"],
+            r["compile_graph_us"], r["vs_compile"]] for r in results])
     return results
 
 
@@ -133,35 +183,38 @@ def _torch_rmsnorm_quant(x, w, fp8_dtype, fmax, g=128, eps=1e-6):
 
 
 def _rmsnorm_cells(ts: list[int], hs: list[int]):
-    """(op, T, H, bytes moved, ours, torch.compile peer) per cell, bf16; each cell's callables
-    must be used before the next cell is drawn (its inputs replace the last one's)."""
+    """(op, T, H, bytes moved, make ours, make torch.compile peer) per cell, bf16: each make()
+    returns one call on fresh inputs."""
     peer_norm, peer_add = torch.compile(_torch_rmsnorm), torch.compile(_torch_add_rmsnorm)
     for h in hs:
         w = torch.randn(h, device="cuda").to(torch.bfloat16)
         for t in ts:
-            x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
-            r = torch.randn(t, h, device="cuda").to(torch.bfloat16)
-            if t > 1:
-                torch._dynamo.mark_dynamic(x, 0)
-                torch._dynamo.mark_dynamic(r, 0)
-            yield ("rmsnorm", t, h, 2 * t * h * 2, lambda: ops.rmsnorm(x, w),
-                   lambda: peer_norm(x, w))
+            yield ("rmsnorm", t, h, 2 * t * h * 2,
+                   lambda t=t: (lambda x=_bf16(t, h): ops.rmsnorm(x, w)),
+                   lambda t=t: (lambda x=_bf16(t, h, True): peer_norm(x, w)))
             yield ("fused_add_rmsnorm", t, h, 4 * t * h * 2,
-                   lambda: ops.fused_add_rmsnorm(x, r, w), lambda: peer_add(x, r, w))
+                   lambda t=t: (lambda x=_bf16(t, h), r=_bf16(t, h): ops.fused_add_rmsnorm(
+                       x, r, w)),
+                   lambda t=t: (lambda x=_bf16(t, h, True), r=_bf16(t, h, True): peer_add(
+                       x, r, w)))
 
 
-def rmsnorm_section(copy_gbs: float, quick: bool) -> list[dict]:
+def rmsnorm_section(copy: dict, quick: bool) -> list[dict]:
     ts = [1, 16, 256, 4096, 16384] if not quick else [16, 4096]
     hs = [1536, 4096, 7168, 8192] if not quick else [7168]
     results = []
     for op, t, h, nbytes, ours, peer in _rmsnorm_cells(ts, hs):
-        us, pus = bench_us(ours), bench_us(peer)
-        results.append(dict(op=op, t=t, h=h, us=us, compile_us=pus, gbs=nbytes / us / 1e3,
-                            copy_frac=nbytes / us / 1e3 / copy_gbs, vs_compile=pus / us))
-    table("rmsnorm / fused_add_rmsnorm, bf16 (GB/s = bytes moved / time)",
-          ["op", "T", "H", "ours us", "GB/s", "of copy", "compile us", "x compile"],
-          [[r["op"], r["t"], r["h"], r["us"], r["gbs"], f"{r['copy_frac']:.0%}",
-            r["compile_us"], r["vs_compile"]] for r in results])
+        (gus, us), (gpus, pus) = both_us(ours, nbytes), both_us(peer, nbytes)
+        results.append(dict(op=op, t=t, h=h, graph_us=gus, us=us, compile_graph_us=gpus,
+                            compile_us=pus, gbs=nbytes / gus / 1e3,
+                            copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gpus / gus,
+                            vs_compile_event=pus / us))
+    table("rmsnorm / fused_add_rmsnorm, bf16 (us; GB/s = bytes moved / graph time)",
+          ["op", "T", "H", "graph us", "GB/s", "of copy", "compile graph us", "x compile",
+           "event us", "compile event us"],
+          [[r["op"], r["t"], r["h"], r["graph_us"], r["gbs"], f"{r['copy_frac']:.0%}",
+            r["compile_graph_us"], r["vs_compile"], r["us"], r["compile_us"]]
+           for r in results])
     return results
 
 
@@ -173,7 +226,7 @@ def rmsnorm_kernel_section(quick: bool) -> list[dict]:
     hs = [1536, 4096, 7168, 8192] if not quick else [7168]
     results = []
     for op, t, h, _, ours, peer in _rmsnorm_cells(ts, hs):
-        us, pus = kernel_us(ours), kernel_us(peer)
+        us, pus = kernel_us(ours()), kernel_us(peer())
         results.append(dict(op=op, t=t, h=h, kernel_us=us, compile_kernel_us=pus,
                             vs_compile=pus / us))
     table("rmsnorm / fused_add_rmsnorm at small T, bf16: kernel time (profiler, us)",
@@ -183,43 +236,54 @@ def rmsnorm_kernel_section(quick: bool) -> list[dict]:
     return results
 
 
-def rmsnorm_quant_section(copy_gbs: float) -> list[dict]:
+def rmsnorm_quant_section(copy: dict) -> list[dict]:
     fp8_dtype = ops.per_token_group_quant_fp8(torch.ones(1, 128, device="cuda"))[0].dtype
     fmax = 224.0 if fp8_dtype == torch.float8_e4m3fnuz else 448.0
     results = []
     peer = torch.compile(_torch_rmsnorm_quant)
-    for t, h in ((4096, 7168), (16384, 7168), (4096, 4096)):
-        x = torch.randn(t, h, device="cuda").to(torch.bfloat16)
+    for t, h in ((16, 7168), (256, 7168), (4096, 4096), (4096, 7168), (16384, 7168)):
         w = torch.randn(h, device="cuda").to(torch.bfloat16)
         nbytes = t * h * 2 + t * h + t * (h // 128) * 4
-        us = bench_us(lambda: ops.rmsnorm_group_quant(x, w, 1e-6, 128))
-        pus = bench_us(lambda: peer(x, w, fp8_dtype, fmax))
-        results.append(dict(op="rmsnorm_group_quant", t=t, h=h, us=us, compile_us=pus,
-                            gbs=nbytes / us / 1e3, copy_frac=nbytes / us / 1e3 / copy_gbs,
-                            vs_compile=pus / us))
-    table("rmsnorm_group_quant, bf16 in, G=128",
-          ["T", "H", "ours us", "GB/s", "of copy", "compile us", "x compile"],
-          [[r["t"], r["h"], r["us"], r["gbs"], f"{r['copy_frac']:.0%}", r["compile_us"],
-            r["vs_compile"]] for r in results])
+        gus, us = both_us(lambda: (lambda x=_bf16(t, h): ops.rmsnorm_group_quant(
+            x, w, 1e-6, 128)), nbytes)
+        gpus, pus = both_us(lambda: (lambda x=_bf16(t, h, True): peer(x, w, fp8_dtype, fmax)),
+                            nbytes)
+        results.append(dict(op="rmsnorm_group_quant", t=t, h=h, graph_us=gus, us=us,
+                            compile_graph_us=gpus, compile_us=pus, gbs=nbytes / gus / 1e3,
+                            copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gpus / gus))
+    table("rmsnorm_group_quant, bf16 in, G=128 (us; GB/s = bytes moved / graph time)",
+          ["T", "H", "graph us", "GB/s", "of copy", "compile graph us", "x compile",
+           "event us"],
+          [[r["t"], r["h"], r["graph_us"], r["gbs"], f"{r['copy_frac']:.0%}",
+            r["compile_graph_us"], r["vs_compile"], r["us"]] for r in results])
 
     dual = []
     for t in (1, 16, 64, 256):
         for g in (128, 64):
-            q = torch.randn(t, 1536, device="cuda").to(torch.bfloat16)
-            kv = torch.randn(t, 512, device="cuda").to(torch.bfloat16)
             qw = torch.randn(1536, device="cuda").to(torch.bfloat16)
             kw = torch.randn(512, device="cuda").to(torch.bfloat16)
-            one = bench_us(lambda: ops.dual_rmsnorm_group_quant(q, qw, kv, kw, 1e-6, g))
+            nbytes = t * (1536 * 3 + 512 * 4) + t * (1536 // g) * 4
+
+            def one():
+                q, kv = _bf16(t, 1536), _bf16(t, 512)
+                return lambda: ops.dual_rmsnorm_group_quant(q, qw, kv, kw, 1e-6, g)
 
             def two():
-                ops.rmsnorm_group_quant(q, qw, 1e-6, g)
-                ops.rmsnorm(kv, kw)
-            sep = bench_us(two)
-            dual.append(dict(op="dual_rmsnorm_group_quant", t=t, g=g, us=one, separate_us=sep,
-                             speedup=sep / one))
-    table("dual_rmsnorm_group_quant (q 1536 + kv 512, bf16): one launch vs two",
-          ["T", "G", "one launch us", "two launches us", "speedup"],
-          [[r["t"], r["g"], r["us"], r["separate_us"], r["speedup"]] for r in dual])
+                q, kv = _bf16(t, 1536), _bf16(t, 512)
+
+                def call():
+                    ops.rmsnorm_group_quant(q, qw, 1e-6, g)
+                    ops.rmsnorm(kv, kw)
+                return call
+            (gone, eone), (gsep, esep) = both_us(one, nbytes), both_us(two, nbytes)
+            dual.append(dict(op="dual_rmsnorm_group_quant", t=t, g=g, graph_us=gone, us=eone,
+                             separate_graph_us=gsep, separate_us=esep, speedup=gsep / gone,
+                             speedup_event=esep / eone))
+    table("dual_rmsnorm_group_quant (q 1536 + kv 512, bf16): one launch vs two (us)",
+          ["T", "G", "one, graph", "two, graph", "speedup", "one, event", "two, event",
+           "speedup (event)"],
+          [[r["t"], r["g"], r["graph_us"], r["separate_graph_us"], r["speedup"], r["us"],
+            r["separate_us"], r["speedup_event"]] for r in dual])
     return results + dual
 
 
@@ -241,7 +305,7 @@ def _cublas_blockwise(a, sa, b, sb):
         return None
 
 
-def gemm_section(copy_gbs: float, quick: bool) -> list[dict]:
+def gemm_section(copy: dict, quick: bool) -> list[dict]:
     from .families.gemm import TUNED_SHAPES, pick
     from .targets import device_arch
 
@@ -250,35 +314,41 @@ def gemm_section(copy_gbs: float, quick: bool) -> list[dict]:
     ms = [1, 16, 64, 128, 1024, 4096, 8192] if not quick else [1, 16, 4096]
     results = []
     for n, k in TUNED_SHAPES:
-        b = torch.randn(n, k, device="cuda").to(dtype)
-        sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
         for m in ms:
-            a = torch.randn(m, k, device="cuda").to(dtype)
-            sa = torch.rand(m, -(-k // 128), device="cuda") + 0.5
-            ours = bench_us(lambda: ops.gemm_a8w8_blockscale(a, sa, b, sb))
+            def inputs():
+                a = torch.randn(m, k, device="cuda").to(dtype)
+                sa = torch.rand(m, -(-k // 128), device="cuda") + 0.5
+                b = torch.randn(n, k, device="cuda").to(dtype)
+                sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
+                return a, sa, b, sb
+            a, sa, b, sb = inputs()
             ref = ops.gemm_a8w8_blockscale(a, sa, b, sb)
             peer = _cublas_blockwise(a, sa, b, sb)
-            cublas = bench_us(peer) if peer else None
             if peer:   # the peer computes the same thing: a wrong layout would show here
                 got = peer().float()
                 err = ((got - ref.float()).abs().mean() / ref.float().abs().mean()).item()
                 assert err < 1e-2, f"cuBLAS blockwise disagrees ({err:.3g}) at {m}x{n}x{k}"
+            nbytes = m * k + n * k + m * n * 2          # each set's A, B (weights) and out
+            gus, us = both_us(lambda: (lambda t=inputs(): ops.gemm_a8w8_blockscale(*t)), nbytes)
+            gcub, cub = both_us(lambda: _cublas_blockwise(*inputs()), nbytes) if peer else (
+                None, None)
             flops = 2 * m * n * k
             cfg = pick(arch, m, n, k)
-            results.append(dict(op="gemm", m=m, n=n, k=k, us=ours, tflops=flops / ours / 1e6,
-                                cublas_us=cublas,
-                                cublas_tflops=flops / cublas / 1e6 if cublas else None,
-                                vs_cublas=cublas / ours if cublas else None,
-                                weight_gbs=n * k / ours / 1e3,
-                                weight_copy_frac=n * k / ours / 1e3 / copy_gbs,
+            results.append(dict(op="gemm", m=m, n=n, k=k, graph_us=gus, us=us,
+                                tflops=flops / gus / 1e6, cublas_graph_us=gcub, cublas_us=cub,
+                                cublas_tflops=flops / gcub / 1e6 if gcub else None,
+                                vs_cublas=gcub / gus if gcub else None,
+                                vs_cublas_event=cub / us if cub else None,
+                                weight_gbs=n * k / gus / 1e3,
+                                weight_copy_frac=n * k / gus / 1e3 / copy["graph"],
                                 config="{kernel} {block_m}x{block_n} sk{split_k} s{stages}"
                                 .format(**cfg)))
-    table("gemm_a8w8_blockscale, bf16 out (weight GB/s = N*K bytes / time)",
-          ["M", "N", "K", "ours us", "TFLOP/s", "cuBLAS TFLOP/s", "x cuBLAS", "weight GB/s",
-           "of copy", "config"],
-          [[r["m"], r["n"], r["k"], r["us"], r["tflops"], r["cublas_tflops"] or "n/a",
-            r["vs_cublas"] or "n/a", r["weight_gbs"], f"{r['weight_copy_frac']:.0%}", r["config"]]
-           for r in results])
+    table("gemm_a8w8_blockscale, bf16 out (graph time; weight GB/s = N*K bytes / time)",
+          ["M", "N", "K", "graph us", "TFLOP/s", "cuBLAS TFLOP/s", "x cuBLAS", "weight GB/s",
+           "of copy", "event us", "x cuBLAS (event)", "config"],
+          [[r["m"], r["n"], r["k"], r["graph_us"], r["tflops"], r["cublas_tflops"] or "n/a",
+            r["vs_cublas"] or "n/a", r["weight_gbs"], f"{r['weight_copy_frac']:.0%}", r["us"],
+            r["vs_cublas_event"] or "n/a", r["config"]] for r in results])
     return results
 
 
@@ -346,22 +416,25 @@ def main(argv=None) -> int:
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d")}
     out["copy_gbs"] = copy_bandwidth()
+    out["copy_graph_gbs"] = copy_bandwidth_graph()
     out["empty_kernel_us"] = empty_kernel_us()
-    print(f"device {out['device']}, torch {out['torch']}: copy {out['copy_gbs']:.0f} GB/s, "
-          f"empty kernel {out['empty_kernel_us']:.2f} us")
+    copy = {"graph": out["copy_graph_gbs"], "event": out["copy_gbs"]}
+    print(f"device {out['device']}, torch {out['torch']}: copy {out['copy_graph_gbs']:.0f} GB/s "
+          f"(graph), {out['copy_gbs']:.0f} GB/s (events), empty kernel "
+          f"{out['empty_kernel_us']:.2f} us")
     sections = args.sections.split(",")
     if "jit" in sections:
         out["jit"] = jit_section()
     if "overhead" in sections:
         out["overhead"] = host_overhead()
     if "quant" in sections:
-        out["quant"] = quant_section(out["copy_gbs"], out["empty_kernel_us"], args.quick)
+        out["quant"] = quant_section(copy, out["empty_kernel_us"], args.quick)
     if "rmsnorm" in sections:
-        out["rmsnorm"] = rmsnorm_section(out["copy_gbs"], args.quick)
+        out["rmsnorm"] = rmsnorm_section(copy, args.quick)
     if "rmsnorm_quant" in sections:
-        out["rmsnorm_quant"] = rmsnorm_quant_section(out["copy_gbs"])
+        out["rmsnorm_quant"] = rmsnorm_quant_section(copy)
     if "gemm" in sections:
-        out["gemm"] = gemm_section(out["copy_gbs"], args.quick)
+        out["gemm"] = gemm_section(copy, args.quick)
     if "rmsnorm_kernels" in sections:
         out["rmsnorm_kernels"] = rmsnorm_kernel_section(args.quick)
     if args.json:

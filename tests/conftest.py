@@ -70,19 +70,23 @@ def pytest_terminal_summary(terminalreporter):
     reports = [r for r in _emu_reports.values() if not r.skipped]
     if not reports:
         return
+    from codegen.spec import families
     from tests import test_emu
 
+    def family_of(uri: str) -> str:
+        return max((f for f in families() if uri.startswith(f)), key=len, default="")
     rows: dict[tuple, dict] = {}
     for r in reports:
         name, _, params = r.nodeid.split("::")[1].partition("[")
-        arch = next((a for a in ("gfx942", "gfx950", "gfx1200", "gfx1201") if a in params), "-")
+        arch = next((a for a in ("gfx942", "gfx950", "gfx1200", "gfx1201")
+                     if a in params or a in name), "-")
         family = next(f for prefix, f in _EMU_FAMILIES if name.startswith(prefix))
         row = rows.setdefault((arch, family), dict(variants=set(), cases=0, failed=0, time=0.0))
         row["cases"] += 1
         row["failed"] += r.failed
         row["time"] += r.duration
         row["variants"] |= {u for u in test_emu.EXECUTED.get(r.nodeid, ())
-                            if family == "emulator gaps" or u.startswith(family)}
+                            if family in ("emulator gaps", family_of(u))}
     tr = terminalreporter
     tr.section("AMD emulator (L4): what executed where")
     tr.write_line(f"{'arch':<8} {'family':<26} {'variants':>8} {'cases':>6} {'result':<28} {'s':>6}")

@@ -335,9 +335,10 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # a zombie (exited, not yet reaped) counts as gone
-    status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "\nState:\tZ" in status.read_text())
+    try:                      # a zombie (exited, not yet reaped) counts as gone
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:           # gone between the two looks
+        return False
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signal: Linux")

@@ -336,7 +336,7 @@ def test_emu_gemm_configs(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_emu_rmsnorm_quant_into_gemm(arch):
+def test_emu_gemm_takes_rmsnorm_quant_scales(arch):
     """rmsnorm_group_quant's col_tma scales consumed by the GEMM as they are."""
     on(arch)
     dtype, fmax = fp8_of(arch)
@@ -384,7 +384,7 @@ def test_emu_gap_fp8_convert(fmt):
         assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0))
 
 
-def test_emu_gap_fnuz_gemm_inputs():
+def test_emu_gap_fnuz_gemm_inputs_gfx942():
     """gfx942's MFMA reads FNUZ bytes (bias 8): read as OCP, every product is off by 2x."""
     from codegen.emu import gaps
 
@@ -396,7 +396,7 @@ def test_emu_gap_fnuz_gemm_inputs():
     assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5
 
 
-def test_emu_gap_wmma_fp8_and_global_inv():
+def test_emu_gap_wmma_fp8_and_global_inv_gfx1201():
     """gfx1201's V_WMMA_F32_16X16X16_FP8_FP8 takes FP8 inputs (the emulator read them as f16),
     and its GLOBAL_INV is a cache operation (the emulator has no entry for it)."""
     from codegen.emu import gaps
@@ -411,7 +411,7 @@ def test_emu_gap_wmma_fp8_and_global_inv():
     assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5
 
 
-def test_emu_gap_float_denorm():
+def test_emu_gap_float_denorm_gfx950():
     """The kernels keep f32 denormals (FLOAT_DENORM_MODE_32 = 3); the emulator ran every
     instruction with x86 DAZ + FTZ, i.e. flushed them: denormal weights gave zeros."""
     from codegen.emu import gaps
