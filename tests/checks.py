@@ -80,3 +80,37 @@ def quant_blocks(x: torch.Tensor, rows: int, dtype, fmax: float, cols: int = 128
 
 def rel_err(out, ref) -> float:
     return ((out.float() - ref.float()).abs().mean() / ref.float().abs().mean()).item()
+
+
+def check_gemm(out, a, sa, b, sb) -> float:
+    """The GEMM contract: mean relative error < 1e-3 against the fp64 reference, all finite."""
+    from codegen import reference
+
+    ref = reference.gemm_a8w8_blockscale(a, sa, b, sb)
+    assert out.shape == ref.shape and out.dtype == torch.bfloat16
+    assert torch.isfinite(out).all(), "NaN/inf in the output (unwritten or overflowed)"
+    err = rel_err(out, ref)
+    assert err < 1e-3, err
+    return err
+
+
+def check_fused_quant(name, outputs, x, w, eps, g, layout, ue8m0, residual, r0, fp8_dtype,
+                      fmax) -> None:
+    """rmsnorm_group_quant's (q, s, y) against the unfused ops composed, bit for bit (the same
+    kernels' arithmetic: fp32 rmsnorm, then the quant kernel), and against the reference;
+    residual: the tensor the op updated in place (r0 its value before), or None."""
+    from codegen import ops, reference
+
+    q, s, y = outputs
+    r = reference.residual_add(x, r0) if residual is not None else x
+    if residual is not None:
+        assert_same(residual, r, "residual written in place")
+    uq, us = ops.per_token_group_quant_fp8(ops.rmsnorm(r.float(), w.float(), eps), g,
+                                           scale_layout=layout, ue8m0=ue8m0)
+    assert_same(q, uq, "q vs unfused")
+    assert_same(s, us, "scales vs unfused")
+    assert s.stride() == us.stride()
+    assert_same(y, ops.rmsnorm(r, w, eps), "y vs rmsnorm")
+    rq, rs, ry, _ = reference.rmsnorm_group_quant(x, w, eps, g, fp8_dtype, fmax, ue8m0, r0)
+    check_vs_reference_quant(q, s, rq, rs, ue8m0)
+    check_ulps(name, y, ry)

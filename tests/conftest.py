@@ -55,7 +55,8 @@ _EMU_FAMILIES = (("test_emu_gap", "emulator gaps"), ("test_emu_quant", "group_qu
                  ("test_emu_dual", "dual_rmsnorm_group_quant"), ("test_emu_rmsnorm", "rmsnorm"),
                  ("test_emu_gemm", "gemm_a8w8_blockscale"))
 _EMU_CONTRACT = {"emulator gaps": "each fix shown", "group_quant_fp8": "bit-exact",
-                 "rmsnorm": "fused = unfused, <= 1 ulp", "rmsnorm_group_quant": "bit-exact vs unfused",
+                 "rmsnorm": "fused = unfused, <= 1 ulp",
+                 "rmsnorm_group_quant": "bit-exact vs unfused",
                  "dual_rmsnorm_group_quant": "bit-exact vs single ops",
                  "gemm_a8w8_blockscale": "rel. error < 1e-3"}
 _emu_reports: dict[str, object] = {}
@@ -89,7 +90,8 @@ def pytest_terminal_summary(terminalreporter):
                             if family in ("emulator gaps", family_of(u))}
     tr = terminalreporter
     tr.section("AMD emulator (L4): what executed where")
-    tr.write_line(f"{'arch':<8} {'family':<26} {'variants':>8} {'cases':>6} {'result':<28} {'s':>6}")
+    tr.write_line(f"{'arch':<8} {'family':<26} {'variants':>8} {'cases':>6} {'result':<28} "
+                  f"{'s':>6}")
     for (arch, family), row in sorted(rows.items()):
         result = f"{row['failed']} failed" if row["failed"] else _EMU_CONTRACT[family]
         tr.write_line(f"{arch:<8} {family:<26} {len(row['variants']):>8} {row['cases']:>6} "

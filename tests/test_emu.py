@@ -17,8 +17,8 @@ from codegen.families.rmsnorm import tier_for, tiers
 from codegen.spec import make_variant, validate
 from codegen.targets import get_target
 
-from .checks import (assert_quant_exact, assert_same, check_ulps, check_vs_reference_quant,
-                     quant_blocks, rel_err)
+from .checks import (assert_quant_exact, assert_same, check_fused_quant, check_gemm,
+                     check_ulps, quant_blocks, rel_err)
 from .gpu_data import boundary_rows, rows_with_spread
 
 pytestmark = pytest.mark.emu
@@ -241,20 +241,10 @@ def test_emu_rmsnorm_group_quant(arch, case):
     x, w = data(t, h, dt), weight(h, dt)
     residual = data(t, h, dt) if with_residual else None
     r0 = residual.clone() if with_residual else None
-    q, s, y = ops.rmsnorm_group_quant(x, w, EPS, g, residual=residual, scale_layout=layout,
-                                      ue8m0=ue8m0, also_return_unquantized=True)
-    r = reference.residual_add(x, r0) if with_residual else x
-    if with_residual:
-        assert_same(residual, r, "residual written in place")
-    uq, us = ops.per_token_group_quant_fp8(ops.rmsnorm(r.float(), w.float(), EPS), g,
-                                           scale_layout=layout, ue8m0=ue8m0)
-    assert_same(q, uq, "q vs unfused")
-    assert_same(s, us, "scales vs unfused")
-    assert s.stride() == us.stride()
-    assert_same(y, ops.rmsnorm(r, w, EPS), "y vs rmsnorm")
-    rq, rs, ry, _ = reference.rmsnorm_group_quant(x, w, EPS, g, fp8_dtype, fmax, ue8m0, r0)
-    check_vs_reference_quant(q, s, rq, rs, ue8m0)
-    check_ulps("emu_rmsnorm_group_quant_y", y, ry)
+    out = ops.rmsnorm_group_quant(x, w, EPS, g, residual=residual, scale_layout=layout,
+                                  ue8m0=ue8m0, also_return_unquantized=True)
+    check_fused_quant("emu_rmsnorm_group_quant_y", out, x, w, EPS, g, layout, ue8m0, residual,
+                      r0, fp8_dtype, fmax)
 
 
 @pytest.mark.parametrize("g", [64, 128])
@@ -280,12 +270,6 @@ def gemm_inputs(arch, m, n, k):
     return a, sa, b, sb
 
 
-def check_gemm(out, a, sa, b, sb):
-    ref = reference.gemm_a8w8_blockscale(a, sa, b, sb)
-    assert out.shape == ref.shape and out.dtype == torch.bfloat16
-    assert torch.isfinite(out).all(), "NaN/inf in the output (unwritten or overflowed)"
-    err = rel_err(out, ref)
-    assert err < 1e-3, err
 
 
 def gemm_configs(arch):

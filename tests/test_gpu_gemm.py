@@ -2,12 +2,13 @@
 import pytest
 import torch
 
-from codegen import ops, reference
+from codegen import ops
 from codegen.families import gemm as fam
 from codegen.spec import make_variant, validate
 from codegen.targets import device_arch, get_target
 
 from . import checks
+from .checks import check_gemm as check
 from .checks import rel_err
 from .gpu_data import poison_, rows_with_spread
 
@@ -33,13 +34,6 @@ def make(m, n, k, gen=None):
     return a, sa, b, sb
 
 
-def check(out, a, sa, b, sb):
-    ref = reference.gemm_a8w8_blockscale(a, sa, b, sb)
-    assert out.shape == ref.shape and out.dtype == torch.bfloat16
-    assert torch.isfinite(out).all(), "NaN/inf in the output (unwritten or overflowed)"
-    err = rel_err(out, ref)
-    assert err < 1e-3, err
-    return err
 
 
 def poisoned_alloc(m, n):

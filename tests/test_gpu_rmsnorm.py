@@ -18,7 +18,7 @@ import torch
 from codegen import ops, reference
 from codegen.ops.quant import empty_scales
 
-from .checks import MEASURED, assert_same, check_ulps, check_vs_reference_quant
+from .checks import MEASURED, assert_same, check_fused_quant, check_ulps, check_vs_reference_quant
 from .gpu_data import poison_, rows_with_spread
 
 pytestmark = pytest.mark.gpu
@@ -180,19 +180,8 @@ def run_fused_quant(x, w, g, layout, ue8m0, with_residual):
                                       ue8m0=ue8m0, also_return_unquantized=True)
     assert q.shape == (t, h) and q.dtype == fp8_dtype and s.shape == (t, h // g)
     assert s.stride() == empty_scales(t, h // g, layout, x).stride()
-    r = reference.residual_add(x, r0) if with_residual else x
-    if with_residual:
-        assert_same(residual, r, "residual written in place")
-    # unfused, same kernels' arithmetic: fp32 rmsnorm, then the quant kernel on its output
-    uq, us = ops.per_token_group_quant_fp8(ops.rmsnorm(r.float(), w.float(), EPS), g,
-                                           scale_layout=layout, ue8m0=ue8m0)
-    assert_same(q, uq, "q vs unfused")
-    assert_same(s, us, "scales vs unfused")
-    assert s.stride() == us.stride()
-    assert_same(y, ops.rmsnorm(r, w, EPS), "y vs rmsnorm")
-    rq, rs, ry, _ = reference.rmsnorm_group_quant(x, w, EPS, g, fp8_dtype, fmax, ue8m0, r0)
-    check_vs_reference_quant(q, s, rq, rs, ue8m0)
-    check_ulps("rmsnorm_group_quant_y", y, ry)
+    check_fused_quant("rmsnorm_group_quant_y", (q, s, y), x, w, EPS, g, layout, ue8m0, residual,
+                      r0, fp8_dtype, fmax)
     # without the unquantized output: the same bytes
     q2, s2 = ops.rmsnorm_group_quant(x, w, EPS, g, residual=r0.clone() if with_residual else None,
                                      scale_layout=layout, ue8m0=ue8m0)

@@ -58,7 +58,8 @@ def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -
         "uri": variant.uri,
     }
     if emu:
-        parts["emu"] = {"shim": file_hash(EMU_SHIM), "device_library": file_hash(device_library(tc))}
+        parts["emu"] = {"shim": file_hash(EMU_SHIM),
+                        "device_library": file_hash(device_library(tc))}
     h.update(json.dumps(parts, sort_keys=True).encode())
     return h.hexdigest()[:24]
 
