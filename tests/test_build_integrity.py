@@ -34,7 +34,8 @@ if [ "$FAKE_CC_FAIL" = enospc ]; then
   echo partial > "$out"; echo "fatal error: No space left on device" >&2; exit 1
 fi
 case "$out" in
-  *.so) sym=$(grep -o 'cg_[A-Za-z0-9_]*' "$in" | head -n 1)
+  *.so) sym=$(grep -o 'cg_[A-Za-z0-9_]*' "$in" 2>/dev/null | head -n 1)
+        [ -n "$sym" ] || sym=cg_stub
         echo "int $sym(void) { return 0; }" | cc -shared -fPIC -x c - -o "$out" ;;
   *) printf 'fake assembly of %s\n  .vgpr_count: 10\n  .sgpr_count: 12\n  .wavefront_size: 64\n---\namdhsa.kernels:\n' "$in" > "$out" ;;
 esac
@@ -47,6 +48,8 @@ def fake(tmp_path, monkeypatch):
     tools = tmp_path / "to$ols dir"
     (tools / "hip" / "include" / "hip").mkdir(parents=True)
     (tools / "hip" / "include" / "hip" / "hip_runtime.h").write_text("// v1\n")
+    (tools / "hip" / "lib").mkdir()
+    (tools / "hip" / "lib" / "ockl.bc").write_bytes(b"BC fake device library")
     cc = tools / "cc"
     cc.write_text(FAKE_CC)
     cc.chmod(0o755)
@@ -152,6 +155,23 @@ def test_truncated_asm_without_key_is_rebuilt_and_its_resources_read(fake, tmp_p
 
 
 # ---- 2. what build.py records ----
+
+def test_emulator_outputs_are_recorded_in_the_manifest(fake, tmp_path):
+    """build.py --emu: each gfx variant's code object and CPU launcher, keyed and listed."""
+    out, target = tmp_path / "gen", get_target("gfx950")
+    manifest = aot.build(target, ops=["group_quant_fp8"], out_dir=out, emu=True)
+    row = next(r for r in manifest["variants"] if r["uri"] == quant().uri)
+    assert row["code_object"] == f"{quant().uri}.co"
+    assert row["emu_launcher"] == f"{quant().uri}.host.so"
+    assert row["asm"] == f"{quant().uri}.s" and row["status"] == "ok"
+    for name in (row["code_object"], row["emu_launcher"]):
+        key, size, _ = jit.read_key(out / "gfx950" / f"{name}.key")
+        assert key != jit.read_key(out / "gfx950" / f"{row['asm']}.key")[0]   # their own key
+        assert size == (out / "gfx950" / name).stat().st_size
+    n = len(fake.compiles())
+    aot.build(target, ops=["group_quant_fp8"], out_dir=out, emu=True)
+    assert len(fake.compiles()) == n                                          # nothing to do
+
 
 def test_build_of_some_families_keeps_the_others(fake, tmp_path):
     out, target = tmp_path / "gen", get_target("gfx950")
