@@ -127,10 +127,8 @@ def table(title: str, cols: list[str], rows: list[list]) -> None:
         print("| " + " | ".join(f"{c:.3g}" if isinstance(c, float) else str(c) for c in r) + " |")
 
 
-def _bf16(t: int, h: int, dynamic: bool = False) -> torch.Tensor:
-    """Fresh bf16 input. The compiled peers get static shapes (one compile per shape): marked
-    dynamic, the thousands of fresh tensors of graph timing were seen to leave torch.compile's
-    quant peer at eager speed."""
+def _bf16(t: int, h: int) -> torch.Tensor:
+    """A fresh bf16 input; the compiled peers take static shapes (one compile per shape)."""
     return torch.randn(t, h, device="cuda").to(torch.bfloat16)
 
 
@@ -149,7 +147,7 @@ def quant_section(copy: dict, empty_us: float, quick: bool) -> list[dict]:
                 nbytes = t * h * 2 + t * h + t * (h // g) * 4
                 gus, us = both_us(lambda: (lambda x=_bf16(t, h): ops.per_token_group_quant_fp8(
                     x, g)), nbytes)
-                gcomp, comp = both_us(lambda: (lambda x=_bf16(t, h, True): compiled(x)), nbytes)
+                gcomp, comp = both_us(lambda: (lambda x=_bf16(t, h): compiled(x)), nbytes)
                 results.append(dict(op="quant", g=g, t=t, h=h, graph_us=gus, us=us,
                                     compile_graph_us=gcomp, compile_us=comp,
                                     gbs=nbytes / gus / 1e3,
@@ -191,11 +189,11 @@ def _rmsnorm_cells(ts: list[int], hs: list[int]):
         for t in ts:
             yield ("rmsnorm", t, h, 2 * t * h * 2,
                    lambda t=t: (lambda x=_bf16(t, h): ops.rmsnorm(x, w)),
-                   lambda t=t: (lambda x=_bf16(t, h, True): peer_norm(x, w)))
+                   lambda t=t: (lambda x=_bf16(t, h): peer_norm(x, w)))
             yield ("fused_add_rmsnorm", t, h, 4 * t * h * 2,
                    lambda t=t: (lambda x=_bf16(t, h), r=_bf16(t, h): ops.fused_add_rmsnorm(
                        x, r, w)),
-                   lambda t=t: (lambda x=_bf16(t, h, True), r=_bf16(t, h, True): peer_add(
+                   lambda t=t: (lambda x=_bf16(t, h), r=_bf16(t, h): peer_add(
                        x, r, w)))
 
 
@@ -246,7 +244,7 @@ def rmsnorm_quant_section(copy: dict) -> list[dict]:
         nbytes = t * h * 2 + t * h + t * (h // 128) * 4
         gus, us = both_us(lambda: (lambda x=_bf16(t, h): ops.rmsnorm_group_quant(
             x, w, 1e-6, 128)), nbytes)
-        gpus, pus = both_us(lambda: (lambda x=_bf16(t, h, True): peer(x, w, fp8_dtype, fmax)),
+        gpus, pus = both_us(lambda: (lambda x=_bf16(t, h): peer(x, w, fp8_dtype, fmax)),
                             nbytes)
         results.append(dict(op="rmsnorm_group_quant", t=t, h=h, graph_us=gus, us=us,
                             compile_graph_us=gpus, compile_us=pus, gbs=nbytes / gus / 1e3,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..toolchain import (EMU_SHIM, OCLC_ABI_SOURCE, Toolchain, abi_flags, asm_flags,
                          code_object_flags, host_flags)
+from .store import write_atomic
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,13 @@ def _value(words) -> str:
     return " ".join(shlex.quote(w) for w in words).replace("$", "$$")
 
 
+# The compiler's output goes to <out>.log (ptxas -v writes the resource report there); on
+# failure it is printed, so ninja shows it.
+_RUN = "$compiler {flags} -o $out $in > $out.log 2>&1 || (cat $out.log; exit 1)"
+
+
 def ninja_text(tc: Toolchain, edges: list[Edge]) -> str:
-    # The compiler's output goes to <out>.log (ptxas -v writes the resource report there);
-    # on failure it is printed, so ninja shows it.
-    run = "$compiler {flags} -o $out $in > $out.log 2>&1 || (cat $out.log; exit 1)"
+    run = _RUN
     lines = [
         "ninja_required_version = 1.3",
         "compiler = " + _value([tc.compiler]),
@@ -91,8 +95,7 @@ def _emu_rules(tc: Toolchain) -> list[str]:
         "  description = abi $out",
         "",
         "rule co",
-        "  command = " + "$compiler {flags} -o $out $in > $out.log 2>&1 || (cat $out.log; exit 1)"
-        .format(flags="$co_flags"),
+        "  command = " + _RUN.format(flags="$co_flags"),
         "  description = code object $out",
         "",
         # -fuse-cuid=none: the registration refers to __hip_fatbin, which the shim defines.
@@ -121,7 +124,5 @@ def write_if_different(path: Path, text: str) -> bool:
     except (OSError, UnicodeDecodeError):
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    from .store import write_atomic
-
     write_atomic(path, text)
     return True

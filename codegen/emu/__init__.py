@@ -121,8 +121,8 @@ class Module:
         self.code = CodeObject(code_object)
         self.lib = ctypes.CDLL(str(host_library))
         self.launcher = getattr(self.lib, symbol)
-        self.device = Device("gfx950")
-        self.launches: list[Launch] = []      # those of the current call's session
+        self.device: Device | None = None      # the current call's device
+        self.launches: list[Launch] = []      # and its session's launch list
         self._error: BaseException | None = None
         self._callbacks = (_LAUNCH(self._on_launch), _OCCUPANCY(self._on_occupancy))
         self.lib.cg_emu_set_callbacks(*self._callbacks)
