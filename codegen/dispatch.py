@@ -66,7 +66,7 @@ def _load(variant: Variant):
         return ctypes.PyDLL(str(path))
     except OSError:
         evict_module(variant, path)
-        return ctypes.PyDLL(str(compile_variant(variant, loadable=True, aot=False)))
+        return ctypes.PyDLL(str(compile_variant(variant, loadable=True)))
 
 
 def kernel(variant: Variant):

@@ -7,11 +7,8 @@ from pathlib import Path
 
 import jinja2
 
+from .paths import INCLUDE_DIR, TEMPLATE_DIR
 from .spec import Variant
-
-ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE_DIR = ROOT / "templates"
-INCLUDE_DIR = TEMPLATE_DIR / "include"
 _INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
 

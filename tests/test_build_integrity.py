@@ -165,7 +165,7 @@ def test_emulator_outputs_are_recorded_in_the_manifest(fake, tmp_path):
     assert row["emu_launcher"] == f"{quant().uri}.host.so"
     assert row["asm"] == f"{quant().uri}.s" and row["status"] == "ok"
     for name in (row["code_object"], row["emu_launcher"]):
-        key, size, _ = jit.read_key(out / "gfx950" / f"{name}.key")
+        key, size, _, _ = jit.read_key(out / "gfx950" / f"{name}.key")
         assert key != jit.read_key(out / "gfx950" / f"{row['asm']}.key")[0]   # their own key
         assert size == (out / "gfx950" / name).stat().st_size
     n = len(fake.compiles())

@@ -1,4 +1,4 @@
-"""Ahead-of-time build of every default variant of a target into generated/<arch>/."""
+"""Ahead-of-time build of every default variant of a target into <aot dir>/<arch>/."""
 from __future__ import annotations
 
 import json
@@ -8,12 +8,12 @@ from pathlib import Path
 
 from ..families import get as get_family
 from ..render import included_headers, render, source_suffix
-from .. import knobs
+from .. import knobs, paths
 from ..spec import Variant, enumerate_variants, families, validate
 from ..targets import Target
 from ..toolchain import Toolchain, find
 from . import store
-from .jit import GENERATED, aot_current, cache_key, key_record, run_ninja
+from .jit import aot_current, cache_key, key_record, run_ninja, source_key
 from .ninja import Edge, ninja_text, outputs_for, support_files, write_if_different
 from .resources import from_amdgpu_asm, from_ptxas_log
 
@@ -24,6 +24,7 @@ class Entry:
     status: str = "ok"           # ok | skipped | failed
     reason: str = ""
     key: str = ""
+    source_key: str = ""
     outputs: list = field(default_factory=list)   # (file, rule, key)
 
 
@@ -46,8 +47,8 @@ def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
     knobs.build_jobs()
-    origin = "build.py --out" if out_dir else f"the default {GENERATED} (build.py --out)"
-    out = store.ensure_dir((out_dir or GENERATED) / target.arch, origin)
+    origin = "--out" if out_dir else paths.aot_dir_origin()
+    out = store.ensure_dir((out_dir or paths.aot_dir()) / target.arch, origin)
     tc = find(target)
     entries = plan(target, ops)
     files: dict[str, str] = {}          # generated text files: name -> content
@@ -59,6 +60,7 @@ def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
         src = f"{e.variant.uri}{source_suffix(e.variant)}"
         files[src] = text
         e.key = cache_key(e.variant, text, tc)
+        e.source_key = source_key(e.variant, text)
         headers = tuple(str(p) for p in included_headers(text))
         e.outputs = [(o, rule, e.key) for o, rule in outputs_for(tc, e.variant.uri)]
         if emu:
@@ -151,7 +153,7 @@ def _manifest(target: Target, tc: Toolchain, entries: list[Entry], out: Path, lo
                 row["reason"] = _failure(out, missing[0], log)
             else:
                 for o, rule, key in e.outputs:
-                    record = key_record(key, out / o)
+                    record = key_record(key, out / o, e.source_key)
                     write_if_different(out / f"{o}.key", record)
                     row[_MANIFEST_FIELD[rule]] = o
                     if rule == "module":

@@ -20,8 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .. import __version__, knobs
-from ..render import ROOT, included_headers, render, source_suffix
+from .. import __version__, knobs, paths
+from ..render import included_headers, render, source_suffix
 from ..spec import Variant
 from ..toolchain import EMU_SHIM, Toolchain, device_library, find, hip_include_dir
 from . import store
@@ -29,7 +29,6 @@ from .ninja import Edge, ninja_text, outputs_for, support_files
 from .store import StorageError, file_hash
 
 ABI = "ctypes-1"   # how modules are bound; bump when the launcher convention changes
-GENERATED = ROOT / "generated"
 BUILDS = 0   # modules this process compiled (tests read it)
 
 
@@ -42,26 +41,33 @@ class CompileError(RuntimeError):
             f"  repro: ninja -C {source.parent}\n--- compiler output ---\n{output}")
 
 
-def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -> str:
-    """Content hash of everything that decides the bytes of the built module; emu: also of
-    the emulator outputs (codegen.emu) and what they link."""
-    h = hashlib.sha256()
+def source_key(variant: Variant, source: str) -> str:
+    """Content hash of what the module is made from, whatever compiles it: an ahead-of-time
+    module with this key serves on any host (prebuilt kernels need no local compiler)."""
     parts = {
         "source": source,
         "headers": {p.name: p.read_text() for p in included_headers(source)},
-        "hip_headers": store.tree_hash(hip) if (hip := hip_include_dir(tc)) else None,
-        "toolchain": tc.identity,
-        "flags": list(tc.flags),
         "arch": variant.arch,
         "version": __version__,
         "abi": ABI,
         "uri": variant.uri,
     }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -> str:
+    """Content hash of everything that decides the bytes of the built module; emu: also of
+    the emulator outputs (codegen.emu) and what they link."""
+    parts = {
+        "source_key": source_key(variant, source),
+        "hip_headers": store.tree_hash(hip) if (hip := hip_include_dir(tc)) else None,
+        "toolchain": tc.identity,
+        "flags": list(tc.flags),
+    }
     if emu:
         parts["emu"] = {"shim": file_hash(EMU_SHIM),
                         "device_library": file_hash(device_library(tc))}
-    h.update(json.dumps(parts, sort_keys=True).encode())
-    return h.hexdigest()[:24]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
 _PR_SET_PDEATHSIG = 1
@@ -116,39 +122,50 @@ def _ninja() -> str:
 
 
 def module_path(variant: Variant) -> Path:
-    """A loadable module for the variant: an ahead-of-time build if current, else JIT."""
-    return compile_variant(variant, loadable=True)
+    """A loadable module for the variant: an ahead-of-time build of the same source if one is
+    current (generated/, CODEGEN_AOT_DIR, an installed prebuilt package), else JIT."""
+    return aot_module(variant) or compile_variant(variant, loadable=True)
 
 
-def read_key(keyfile: Path) -> tuple[str, int, str] | None:
-    """An ahead-of-time output's record: (cache key, size, sha256), or None if unreadable."""
+def read_key(keyfile: Path) -> tuple[str, int, str, str | None] | None:
+    """An ahead-of-time output's record: (cache key, size, sha256, source key), or None if
+    unreadable."""
     try:
-        key, size, digest = keyfile.read_text().split()
-        return key, int(size), digest
+        key, size, digest, *skey = keyfile.read_text().split()
+        return key, int(size), digest, (skey[0] if skey else None)
     except (OSError, ValueError):
         return None
 
 
-def key_record(key: str, output: Path) -> str:
+def key_record(key: str, output: Path, skey: str) -> str:
     size, digest = store.describe(output)
-    return f"{key} {size} {digest}\n"
+    return f"{key} {size} {digest} {skey}\n"
+
+
+def _unchanged(output: Path, rec) -> bool:
+    return output.exists() and output.stat().st_size == rec[1] and store.sha256(output) == rec[2]
 
 
 def aot_current(output: Path, key: str) -> bool:
     """output is the ahead-of-time build for key, unchanged since it was built."""
     rec = read_key(output.with_name(output.name + ".key"))
-    if rec is None or rec[0] != key or not output.exists():
-        return False
-    return output.stat().st_size == rec[1] and store.sha256(output) == rec[2]
+    return rec is not None and rec[0] == key and _unchanged(output, rec)
 
 
-def _aot_module(variant: Variant, key: str) -> Path | None:
-    so = (knobs.aot_dir() or GENERATED) / variant.arch / f"{variant.uri}.so"
-    if aot_current(so, key):
-        return so
-    if so.exists() and (rec := read_key(so.with_name(so.name + ".key"))) and rec[0] == key:
-        print(f"codegen: {so} differs from what was built; using the JIT cache instead",
-              file=sys.stderr)
+def aot_module(variant: Variant) -> Path | None:
+    """The first ahead-of-time module built from this variant's source, unchanged since."""
+    skey = None
+    for d in paths.module_dirs(variant.arch):
+        so = d / f"{variant.uri}.so"
+        rec = read_key(so.with_name(so.name + ".key"))
+        if rec is None:
+            continue
+        skey = skey or source_key(variant, render(variant))
+        if rec[3] != skey:
+            continue
+        if _unchanged(so, rec):
+            return so
+        print(f"codegen: {so} differs from what was built; not loading it", file=sys.stderr)
     return None
 
 
@@ -158,7 +175,7 @@ def emu_outputs(variant: Variant) -> tuple[Path, Path]:
     tc = find(variant.target)
     key = cache_key(variant, render(variant), tc, emu=True)
     names = [out for out, _ in outputs_for(tc, variant.uri, emu=True)]
-    d = (knobs.aot_dir() or GENERATED) / variant.arch
+    d = paths.aot_dir() / variant.arch
     if all(aot_current(d / n, key) for n in names):
         return d / names[0], d / names[1]
     built = compile_variant(variant, emu=True)
@@ -168,11 +185,10 @@ def emu_outputs(variant: Variant) -> tuple[Path, Path]:
 _verified: set[Path] = set()    # published dirs this process has checked
 
 
-def compile_variant(variant: Variant, loadable: bool = False, emu: bool = False,
-                    aot: bool = True) -> Path:
-    """Build (or find in the cache) one variant; returns its build dir, or the .so if loadable.
-    emu: the build dir also holds the code object and CPU launcher the emulator runs.
-    aot: an ahead-of-time module may serve (loadable only)."""
+def compile_variant(variant: Variant, loadable: bool = False, emu: bool = False) -> Path:
+    """Build (or find in the JIT cache) one variant; returns its build dir, or the .so if
+    loadable. emu: the build dir also holds the code object and CPU launcher the emulator
+    runs."""
     tc = find(variant.target)
     if loadable and not tc.loadable:
         raise RuntimeError(f"toolchain {tc.name} for {variant.arch} builds assembly only, "
@@ -180,8 +196,6 @@ def compile_variant(variant: Variant, loadable: bool = False, emu: bool = False,
     knobs.build_jobs()                              # a bad CODEGEN_JOBS fails before any work
     source = render(variant)
     key = cache_key(variant, source, tc, emu)
-    if loadable and aot and (found := _aot_module(variant, key)):
-        return found
     origin = knobs.cache_dir_origin()
     base = knobs.cache_dir() / variant.arch / variant.uri
     final = base / key
