@@ -175,9 +175,9 @@ def _fused_add_fake(x, residual, weight, eps):
     return x.new_empty(x.shape)
 
 
-def _norm(x, residual, weight, eps, kernels=None):
+def _norm(x, residual, weight, eps, kernels=None, out=None):
     t, h = x.shape
-    y = x.new_empty((t, h))
+    y = x.new_empty((t, h)) if out is None else out
     if t == 0:
         return y
     # 16-byte accesses when every row of every operand starts on a 16-byte boundary
@@ -204,28 +204,51 @@ LIB.impl("rmsnorm", _rmsnorm_impl, "CUDA")
 LIB.impl("fused_add_rmsnorm", _fused_add_impl, "CUDA")
 
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def _check_out(out, x) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out: expected a torch.Tensor, got {type(out).__name__}")
+    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(f"out: {tuple(out.shape)} {out.dtype} on {out.device}, expected x's "
+                         f"{tuple(x.shape)} {x.dtype} on {x.device}")
+    if not out.is_contiguous():
+        raise ValueError(f"out: must be contiguous, got strides {out.stride()}")
+
+
+def _into(out, y):
+    """Under torch.compile the op returns a new tensor: copied into out when one was given."""
+    if out is None:
+        return y
+    _check_out(out, y)
+    return out.copy_(y)
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
+            out: torch.Tensor | None = None) -> torch.Tensor:
     """y = dtype(x * rsqrt(mean(x^2) + eps) * weight), computed in fp32, rounded once.
 
     x: [T, H] bf16/fp16/fp32, last dim contiguous, any row stride >= H; weight: [H], x's dtype.
-    Returns y [T, H] contiguous.
+    Returns y [T, H] contiguous (written into out if given: contiguous, x's shape and dtype;
+    out may be x itself).
     """
     def check():
         _check_rows("x", x, tuple(DTYPE_NAMES))
         _check_weight("weight", weight, x, "x")
         return _check_eps(eps)
     if torch.compiler.is_compiling():
-        return torch.ops.codegen.rmsnorm(x, weight, check())
+        return _into(out, torch.ops.codegen.rmsnorm(x, weight, check()))
     plan = _planned(("rmsnorm", eps), (x, weight), check)
     _check_row_count("x", x)
-    return _norm(x, None, weight, plan.value, plan.kernels)
+    if out is not None:
+        _check_out(out, x)
+    return _norm(x, None, weight, plan.value, plan.kernels, out)
 
 
 def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                      eps: float = 1e-6) -> torch.Tensor:
+                      eps: float = 1e-6, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """r = dtype(x + residual) is written into residual (in place); returns rmsnorm(r, weight).
 
     x, residual: [T, H] of one dtype (bf16/fp16/fp32), last dim contiguous; weight: [H].
+    out: as rmsnorm's (x itself for vLLM's in-place convention).
     """
     def check():
         _check_rows("x", x, tuple(DTYPE_NAMES))
@@ -233,12 +256,14 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         _check_weight("weight", weight, x, "x")
         return _check_eps(eps)
     if torch.compiler.is_compiling():
-        return torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, check())
+        return _into(out, torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, check()))
     plan = _planned(("fused_add_rmsnorm", eps), (x, residual, weight), check)
     _check_row_count("x", x)
     if residual.shape[0] != x.shape[0]:
         _check_residual(residual, x)
-    return _norm(x, residual, weight, plan.value, plan.kernels)
+    if out is not None:
+        _check_out(out, x)
+    return _norm(x, residual, weight, plan.value, plan.kernels, out)
 
 
 # ---- rmsnorm_group_quant ----

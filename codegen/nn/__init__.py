@@ -1,0 +1,219 @@
+"""torch.nn modules over the ops: a block-FP8 linear layer and RMSNorm that feeds it.
+
+    linear = BlockFP8Linear.from_linear(nn.Linear(7168, 2112).cuda())   # weight -> FP8 blocks
+    norm = RMSNorm(7168, quantize=True).cuda()                          # emits FP8Activation
+    y = linear(norm(x))                                                 # any leading dims
+
+    convert(model)   # every nn.Linear of a model, in place (skip= names to keep)
+
+BlockFP8Linear's forward is per_token_group_quant_fp8 (1 x 128 groups) then
+gemm_a8w8_blockscale against the 128 x 128-block weight; given an FP8Activation (RMSNorm with
+quantize=True) it skips the quant. Both work under torch.compile(fullgraph=True) and CUDA graphs.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import torch
+from torch import nn
+
+BLOCK = 128
+
+
+class FP8Activation(NamedTuple):
+    """Activations already quantized for a BlockFP8Linear: q [..., K] fp8, scales [..., K/128]
+    fp32 (one per token and 128 columns), dtype: the dtype the unquantized values had."""
+    q: torch.Tensor
+    scales: torch.Tensor
+    dtype: torch.dtype
+
+
+def _ops():
+    from .. import ops
+
+    return ops
+
+
+def device_fp8(device: torch.device) -> tuple[torch.dtype, float]:
+    """The FP8 dtype and max the GEMM takes on a device (e4m3fnuz / 224 on gfx942)."""
+    from ..dispatch import arch_of
+    from ..targets import get_target
+
+    if device.type != "cuda":
+        raise ValueError(f"device: BlockFP8Linear needs a GPU (cuda/hip device), got {device}")
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    target = get_target(arch_of(index))
+    if not target.has_fp8:
+        raise ValueError(f"device: arch {target.arch} has no FP8 support")
+    fmt = target.fp8_format()
+    return getattr(torch, fmt.torch_dtype), fmt.max
+
+
+def quantize_weight(w: torch.Tensor, fp8_dtype: torch.dtype, fp8_max: float
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """w [N, K] -> (fp8 [N, K], fp32 scale_inv [ceil(N/128), ceil(K/128)]): one scale per
+    128 x 128 block, amax / fp8_max, on w's device; w ~= q * scale_inv blockwise."""
+    n, k = w.shape
+    pn, pk = -(-n // BLOCK) * BLOCK, -(-k // BLOCK) * BLOCK
+    wp = torch.zeros(pn, pk, device=w.device, dtype=torch.float32)
+    wp[:n, :k] = w.float()
+    blocks = wp.view(pn // BLOCK, BLOCK, pk // BLOCK, BLOCK)
+    s = blocks.abs().amax(dim=(1, 3)).clamp_min(1e-10) / fp8_max
+    q = (blocks / s[:, None, :, None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
+    return q.view(pn, pk)[:n, :k].contiguous(), s
+
+
+def e4m3fn_to_device(weight: torch.Tensor, scale_inv: torch.Tensor, fp8_dtype: torch.dtype
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A checkpoint's e4m3fn weight on a device whose FP8 is e4m3fnuz: the same bits mean half
+    the value there (exponent bias 8, not 7), so scales double; -0 (0x80, NaN in fnuz) -> 0."""
+    if weight.dtype == fp8_dtype:
+        return weight, scale_inv
+    if weight.dtype != torch.float8_e4m3fn or fp8_dtype != torch.float8_e4m3fnuz:
+        raise TypeError(f"weight: dtype {weight.dtype} cannot be used as {fp8_dtype}")
+    bits = weight.view(torch.uint8)
+    bits = torch.where(bits == 0x80, torch.zeros_like(bits), bits)
+    return bits.view(torch.float8_e4m3fnuz), scale_inv * 2
+
+
+class BlockFP8Linear(nn.Module):
+    """y = x @ W^T + b with W in FP8, one fp32 scale per 128 x 128 block (weight_scale_inv, as
+    DeepSeek-V3 and Qwen3 FP8 checkpoints store it), and x quantized per token and 128 columns
+    on each call. Output: out_dtype (default: x's dtype), computed as bf16 by the GEMM."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 device=None, out_dtype: torch.dtype | None = None):
+        super().__init__()
+        if in_features % 16:
+            raise ValueError(f"in_features: {in_features} is not a multiple of 16 (the GEMM "
+                             f"reads rows 16 bytes at a time)")
+        device = torch.device(device if device is not None else "cuda")
+        fp8, _ = device_fp8(device)
+        self.in_features, self.out_features, self.out_dtype = in_features, out_features, out_dtype
+        self.register_buffer("weight", torch.zeros(out_features, in_features, device=device,
+                                                   dtype=fp8))
+        self.register_buffer("weight_scale_inv", torch.ones(
+            -(-out_features // BLOCK), -(-in_features // BLOCK), device=device))
+        self.bias = nn.Parameter(torch.zeros(out_features, device=device,
+                                             dtype=out_dtype or torch.bfloat16),
+                                 requires_grad=False) if bias else None
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, device=None) -> "BlockFP8Linear":
+        """Quantizes linear's weight to FP8 128 x 128 blocks on the GPU (device, default:
+        the linear's own if it is on a GPU, else the current one)."""
+        w = linear.weight.detach()
+        device = torch.device(device) if device is not None else (
+            w.device if w.is_cuda else torch.device("cuda", torch.cuda.current_device()))
+        fp8, fmax = device_fp8(device)
+        q, s = quantize_weight(w.to(device), fp8, fmax)
+        return cls.from_fp8(q, s, linear.bias, out_dtype=w.dtype if w.dtype in (
+            torch.bfloat16, torch.float16) else None)
+
+    @classmethod
+    def from_fp8(cls, weight: torch.Tensor, weight_scale_inv: torch.Tensor,
+                 bias: torch.Tensor | None = None,
+                 out_dtype: torch.dtype | None = None) -> "BlockFP8Linear":
+        """From a checkpoint's FP8 weight [N, K] and its weight_scale_inv
+        [ceil(N/128), ceil(K/128)] fp32 (dequant: weight * scale_inv per block), on weight's
+        GPU; e4m3fn weights are converted where the device's FP8 is e4m3fnuz."""
+        if weight.dim() != 2:
+            raise ValueError(f"weight: expected [out_features, in_features], got shape "
+                             f"{tuple(weight.shape)}")
+        n, k = weight.shape
+        expected = (-(-n // BLOCK), -(-k // BLOCK))
+        if tuple(weight_scale_inv.shape) != expected:
+            raise ValueError(f"weight_scale_inv: shape {tuple(weight_scale_inv.shape)}, expected "
+                             f"{expected} (one scale per 128 x 128 block of weight {n} x {k})")
+        if weight_scale_inv.dtype != torch.float32:
+            raise TypeError(f"weight_scale_inv: dtype {weight_scale_inv.dtype}, expected "
+                            f"torch.float32")
+        layer = cls(k, n, bias=bias is not None, device=weight.device, out_dtype=out_dtype)
+        q, s = e4m3fn_to_device(weight, weight_scale_inv.to(weight.device), layer.weight.dtype)
+        layer.weight.copy_(q)
+        layer.weight_scale_inv.copy_(s)
+        if bias is not None:
+            layer.bias.data = bias.detach().to(weight.device, layer.bias.dtype).clone()
+        return layer
+
+    def forward(self, x: torch.Tensor | FP8Activation) -> torch.Tensor:
+        ops = _ops()
+        if isinstance(x, FP8Activation):
+            q, s, dtype = x
+        else:
+            dtype = x.dtype
+            q, s = ops.per_token_group_quant_fp8(x.reshape(-1, x.shape[-1]), BLOCK)
+        lead = q.shape[:-1]
+        q2 = q.reshape(-1, q.shape[-1])
+        y = ops.gemm_a8w8_blockscale(q2, s.reshape(q2.shape[0], -1), self.weight,
+                                     self.weight_scale_inv)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        out = self.out_dtype or dtype
+        if y.dtype != out:
+            y = y.to(out)
+        return y.view(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, fp8={self.weight.dtype}")
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm over the last dim: forward(x) -> y; forward(x, residual) -> (y, residual) with
+    residual = x + residual updated in place (vLLM's convention). quantize=True: y comes as an
+    FP8Activation for the next BlockFP8Linear (RMSNorm and its FP8 quant in one kernel).
+    weight=None (elementwise_affine=False): a unit weight."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-6, elementwise_affine: bool = True,
+                 quantize: bool = False, device=None, dtype: torch.dtype = torch.bfloat16):
+        super().__init__()
+        self.hidden_size, self.eps, self.quantize = hidden_size, eps, quantize
+        w = torch.ones(hidden_size, device=device, dtype=dtype)
+        if elementwise_affine:
+            self.weight = nn.Parameter(w, requires_grad=False)
+        else:
+            self.register_buffer("weight", w, persistent=False)
+
+    @classmethod
+    def from_module(cls, norm: nn.Module, quantize: bool = False) -> "RMSNorm":
+        """From torch.nn.RMSNorm (or any module with .weight and .eps / .variance_epsilon)."""
+        w = getattr(norm, "weight", None)
+        eps = getattr(norm, "eps", None) or getattr(norm, "variance_epsilon", None) or 1e-6
+        size = w.shape[0] if w is not None else norm.normalized_shape[-1]
+        layer = cls(size, eps, elementwise_affine=w is not None, quantize=quantize,
+                    device=w.device if w is not None else None,
+                    dtype=w.dtype if w is not None else torch.bfloat16)
+        if w is not None:
+            layer.weight.data.copy_(w.detach())
+        return layer
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        ops = _ops()
+        lead, h = x.shape[:-1], x.shape[-1]
+        x2 = x.reshape(-1, h)
+        w = self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype)
+        r2 = residual.reshape(-1, h) if residual is not None else None
+        if self.quantize:
+            q, s = ops.rmsnorm_group_quant(x2, w, self.eps, BLOCK, residual=r2)
+            y = FP8Activation(q.view(*lead, h), s.view(*lead, h // BLOCK), x.dtype)
+        elif residual is not None:
+            y = ops.fused_add_rmsnorm(x2, r2, w, self.eps).view(*lead, h)
+        else:
+            y = ops.rmsnorm(x2, w, self.eps).view(*lead, h)
+        return y if residual is None else (y, residual)
+
+    def extra_repr(self) -> str:
+        return f"{self.hidden_size}, eps={self.eps}, quantize={self.quantize}"
+
+
+def convert(model: nn.Module, skip: Callable[[str, nn.Linear], bool] | None = None,
+            device=None) -> nn.Module:
+    """Replaces every nn.Linear of model (in place) by a BlockFP8Linear, except those for which
+    skip(qualified_name, linear) is true; returns model."""
+    for name, module in list(model.named_modules()):
+        for child_name, child in list(module.named_children()):
+            full = f"{name}.{child_name}" if name else child_name
+            if type(child) is nn.Linear and not (skip and skip(full, child)):
+                setattr(module, child_name, BlockFP8Linear.from_linear(child, device=device))
+    return model

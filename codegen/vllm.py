@@ -1,0 +1,122 @@
+"""The ops under the names, argument order and keywords that vLLM's call sites use, so a caller
+swaps implementations without touching them:
+
+    from codegen.vllm import (per_token_group_quant_fp8, rms_norm, fused_add_rms_norm,
+                              rms_norm_per_block_quant, w8a8_triton_block_scaled_mm)
+
+Each follows its vLLM namesake's layouts and in-place conventions; where an argument asks for
+something the kernels do not do, the call fails naming the argument, never silently ignores it.
+Numerics are this project's (NUMERICS.md); the two documented differences are in the docstrings.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import ops
+from .reference import EPS_AMAX
+
+__all__ = ["per_token_group_quant_fp8", "rms_norm", "fused_add_rms_norm",
+           "rms_norm_per_block_quant", "w8a8_triton_block_scaled_mm", "w8a8_block_fp8_matmul"]
+
+
+def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS_AMAX,
+                              dtype: torch.dtype | None = None,
+                              column_major_scales: bool = False,
+                              tma_aligned_scales: bool = False,
+                              out_q: torch.Tensor | None = None,
+                              use_ue8m0: bool | None = None
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's fp8_utils.per_token_group_quant_fp8: x [..., K] -> (x_q [..., K] fp8,
+    x_s fp32 [..., K/group_size]); column_major_scales: x_s strides (1, M) for 2-D x, and
+    (1, round_up(M, 4)) with tma_aligned_scales. eps: the amax floor; the kernels' is 1e-10.
+    use_ue8m0=None means False here (vLLM derives it from its DeepGEMM settings)."""
+    if eps != EPS_AMAX:
+        raise ValueError(f"eps: {eps}; the kernels floor the group amax at {EPS_AMAX} only")
+    if tma_aligned_scales and not column_major_scales:
+        raise ValueError("tma_aligned_scales: applies to column-major scales only "
+                         "(column_major_scales=True)")
+    if column_major_scales and x.dim() != 2:
+        raise ValueError(f"x: column-major scales need 2-D x, got shape {tuple(x.shape)}")
+    layout = ("col_tma" if tma_aligned_scales else "col") if column_major_scales else "row"
+    lead = x.shape[:-1]
+    q, s = ops.per_token_group_quant_fp8(x.reshape(-1, x.shape[-1]), group_size,
+                                         scale_layout=layout, ue8m0=bool(use_ue8m0),
+                                         fp8_dtype=dtype)
+    if out_q is not None:
+        if out_q.shape != x.shape or out_q.dtype != q.dtype:
+            raise ValueError(f"out_q: {tuple(out_q.shape)} {out_q.dtype}, expected "
+                             f"{tuple(x.shape)} {q.dtype}")
+        out_q.copy_(q.view(x.shape))
+        q = out_q
+    if layout == "row":
+        return q.view(x.shape), s.view(*lead, s.shape[-1])
+    return q, s
+
+
+def _unit_weight(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
+    return weight if weight is not None else torch.ones(x.shape[-1], dtype=x.dtype,
+                                                        device=x.device)
+
+
+def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
+             epsilon: float) -> None:
+    """vLLM's _custom_ops.rms_norm: out = rmsnorm(input) * weight (weight None: ones)."""
+    h = input.shape[-1]
+    ops.rmsnorm(input.reshape(-1, h), _unit_weight(weight, input), epsilon,
+                out=out.view(-1, h))
+
+
+def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor,
+                       weight: torch.Tensor | None, epsilon: float) -> None:
+    """vLLM's _custom_ops.fused_add_rms_norm, in place: residual = input + residual, then
+    input = rmsnorm(residual) * weight."""
+    h = input.shape[-1]
+    x = input.view(-1, h)
+    ops.fused_add_rmsnorm(x, residual.view(-1, h), _unit_weight(weight, input), epsilon, out=x)
+
+
+def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon: float,
+                             quant_dtype: torch.dtype, group_size: list[int],
+                             scale_ub: torch.Tensor | None = None,
+                             residual: torch.Tensor | None = None,
+                             is_scale_transposed: bool = False, tma_alignment: int = 0
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's _custom_ops.rms_norm_per_block_quant: (out [T, H] fp8, scales fp32 [T, H/g]) with
+    g = group_size[1] (64 or 128); residual, if given, becomes input + residual in place and is
+    normalized instead. is_scale_transposed: scales strides (1, T); tma_alignment=4: (1,
+    round_up(T, 4)). Numerics: the fp32 normalized values are quantized directly (vLLM rounds
+    them to input's dtype first) and an all-zero group's scale is 1e-10 / fp8_max."""
+    if scale_ub is not None:
+        raise ValueError("scale_ub: an upper bound on the scales is not supported")
+    if len(group_size) != 2 or group_size[0] != 1:
+        raise ValueError(f"group_size: expected [1, g], got {group_size}")
+    if tma_alignment not in (0, 4):
+        raise ValueError(f"tma_alignment: expected 0 or 4, got {tma_alignment}")
+    if tma_alignment and not is_scale_transposed:
+        raise ValueError("tma_alignment: applies to transposed scales only "
+                         "(is_scale_transposed=True)")
+    layout = ("col_tma" if tma_alignment else "col") if is_scale_transposed else "row"
+    q, s = ops.rmsnorm_group_quant(input, weight, epsilon, group_size[1], residual=residual,
+                                   scale_layout=layout)
+    if q.dtype != quant_dtype:
+        raise ValueError(f"quant_dtype: {quant_dtype} is not this device's FP8 format "
+                         f"({q.dtype})")
+    return q, s
+
+
+def w8a8_triton_block_scaled_mm(A: torch.Tensor, B: torch.Tensor, As: torch.Tensor,
+                                Bs: torch.Tensor, block_size: list[int],
+                                output_dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    """vLLM's fp8_utils.w8a8_triton_block_scaled_mm: C [..., N] = A [..., K] @ B [N, K]^T with
+    As [..., ceil(K/128)] per token and 128 columns, Bs [ceil(N/128), ceil(K/128)] per
+    128 x 128 block; block_size must be [128, 128]. Computed as bf16, then output_dtype."""
+    if list(block_size) != [128, 128]:
+        raise ValueError(f"block_size: {list(block_size)}; the kernels take [128, 128] blocks")
+    lead = A.shape[:-1]
+    c = ops.gemm_a8w8_blockscale(A.reshape(-1, A.shape[-1]), As.reshape(-1, As.shape[-1]), B, Bs)
+    if c.dtype != output_dtype:
+        c = c.to(output_dtype)
+    return c.view(*lead, B.shape[0])
+
+
+w8a8_block_fp8_matmul = w8a8_triton_block_scaled_mm    # its earlier name in vLLM
