@@ -66,13 +66,15 @@ def quantize_weight(w: torch.Tensor, fp8_dtype: torch.dtype, fp8_max: float
 def e4m3fn_to_device(weight: torch.Tensor, scale_inv: torch.Tensor, fp8_dtype: torch.dtype
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """A checkpoint's e4m3fn weight on a device whose FP8 is e4m3fnuz: the same bits mean half
-    the value there (exponent bias 8, not 7), so scales double; -0 (0x80, NaN in fnuz) -> 0."""
+    the value there (exponent bias 8, not 7), so scales double; -0 (0x80, NaN in fnuz) -> 0,
+    and NaN (0x7f / 0xff, +-240 in fnuz) -> fnuz's NaN."""
     if weight.dtype == fp8_dtype:
         return weight, scale_inv
     if weight.dtype != torch.float8_e4m3fn or fp8_dtype != torch.float8_e4m3fnuz:
         raise TypeError(f"weight: dtype {weight.dtype} cannot be used as {fp8_dtype}")
     bits = weight.view(torch.uint8)
     bits = torch.where(bits == 0x80, torch.zeros_like(bits), bits)
+    bits = torch.where(bits & 0x7F == 0x7F, torch.full_like(bits, 0x80), bits)
     return bits.view(torch.float8_e4m3fnuz), scale_inv * 2
 
 

@@ -1,0 +1,273 @@
+"""codegen.nn, codegen.vllm and codegen.supported: what an engine drops in.
+
+CPU: the weight quantization and checkpoint conversion (plain torch), argument errors, the
+capability query, imports without a GPU. GPU (L5): each module and entry point against the ops
+it is made of, bit for bit, and against bf16 math; torch.compile(fullgraph=True) and CUDA graphs.
+"""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from codegen import nn as cnn
+from codegen import ops, reference, vllm
+from codegen.support import supported
+
+from .checks import assert_same, rel_err
+
+gpu = pytest.mark.gpu
+
+
+# ---- CPU ----
+
+@pytest.mark.parametrize("n,k", [(256, 384), (300, 200), (1, 16)])
+def test_quantize_weight_blocks(n, k):
+    w = torch.randn(n, k) * torch.logspace(-3, 1, n)[:, None]
+    q, s = cnn.quantize_weight(w, torch.float8_e4m3fn, 448.0)
+    assert q.shape == (n, k) and s.shape == (-(-n // 128), -(-k // 128))
+    deq = q.float() * s.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+    # e4m3 keeps 3 mantissa bits: half an ulp of the block's largest value at most
+    amax = w.abs().view(-1).max()
+    assert (deq - w).abs().max() <= amax / 16
+    blocks = (w.abs() / s.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k])
+    assert blocks.max() <= 448.0 + 1e-3
+
+
+def test_e4m3fn_checkpoint_on_an_fnuz_device_keeps_every_value():
+    bits = torch.arange(256, dtype=torch.uint8)
+    w = bits.view(torch.float8_e4m3fn).view(2, 128)
+    s = torch.tensor([[0.5]])
+    q, s2 = cnn.e4m3fn_to_device(w, s, torch.float8_e4m3fnuz)
+    assert q.dtype == torch.float8_e4m3fnuz and s2.item() == 1.0
+    a, b = w.float() * 0.5, q.float() * 1.0
+    finite = torch.isfinite(a)
+    assert torch.equal(a[finite], b[finite])          # -0 became +0: equal as values
+    assert torch.isnan(b[~finite]).all()              # fn's NaNs (0x7f, 0xff) stay NaN
+    same, _ = cnn.e4m3fn_to_device(w, s, torch.float8_e4m3fn)
+    assert same is w
+    with pytest.raises(TypeError, match="weight: dtype torch.bfloat16"):
+        cnn.e4m3fn_to_device(w.float().bfloat16(), s, torch.float8_e4m3fnuz)
+
+
+def test_bad_arguments_name_the_argument_before_any_gpu_work():
+    x = torch.zeros(4, 128)
+    with pytest.raises(ValueError, match="eps:"):
+        vllm.per_token_group_quant_fp8(x, 128, eps=1e-6)
+    with pytest.raises(ValueError, match="tma_aligned_scales"):
+        vllm.per_token_group_quant_fp8(x, 128, tma_aligned_scales=True)
+    with pytest.raises(ValueError, match="column-major scales need 2-D x"):
+        vllm.per_token_group_quant_fp8(x.view(2, 2, 128), 128, column_major_scales=True)
+    with pytest.raises(ValueError, match="scale_ub"):
+        vllm.rms_norm_per_block_quant(x, x[0], 1e-6, torch.float8_e4m3fn, [1, 128],
+                                      scale_ub=torch.ones(1))
+    with pytest.raises(ValueError, match="group_size"):
+        vllm.rms_norm_per_block_quant(x, x[0], 1e-6, torch.float8_e4m3fn, [128, 128])
+    with pytest.raises(ValueError, match="block_size"):
+        vllm.w8a8_triton_block_scaled_mm(x, x, x, x, [64, 64])
+    with pytest.raises(ValueError, match="x: must be on a GPU"):
+        vllm.per_token_group_quant_fp8(x, 128)
+    with pytest.raises(ValueError, match="in_features: 100"):
+        cnn.BlockFP8Linear(100, 128)
+    with pytest.raises(ValueError, match="weight_scale_inv: shape"):
+        cnn.BlockFP8Linear.from_fp8(torch.zeros(256, 256, dtype=torch.float8_e4m3fn),
+                                    torch.ones(1, 2))
+
+
+def test_supported_answers_for_arch_names_and_without_a_gpu():
+    s = supported("sm_90a")
+    assert s.arch == "sm_90a" and set(s.why_not) >= {"gemm_a8w8_blockscale", "nn.BlockFP8Linear"}
+    s = supported("gfx1100")
+    assert "FP8" in s.why_not["gemm_a8w8_blockscale"] and "FP8" in s.why_not["nn.BlockFP8Linear"]
+    assert not s["per_token_group_quant_fp8"]
+    assert "gfx1100" in str(s)
+    if not torch.cuda.is_available():
+        s = supported()
+        assert s.arch is None and not s.runs()
+        assert all("no GPU" in r for r in s.why_not.values())
+
+
+def test_importing_everything_works_with_no_gpu_runtime():
+    code = ("import codegen, codegen.ops, codegen.nn, codegen.vllm, codegen.cli, codegen.emu; "
+            "print(codegen.supported().why_not['rmsnorm'])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=dict(os.environ, CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES=""))
+    assert r.returncode == 0, r.stderr
+    assert "no GPU" in r.stdout
+
+
+# ---- GPU ----
+
+def _linear(k, n, bias=True, dtype=torch.bfloat16, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    lin = nn.Linear(k, n, bias=bias, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(n, k, device="cuda", generator=g) / k ** 0.5)
+        if bias:
+            lin.bias.copy_(torch.randn(n, device="cuda", generator=g))
+    return lin
+
+
+@gpu
+@pytest.mark.parametrize("lead,k,n", [((5,), 512, 384), ((2, 3), 7168, 576), ((1,), 384, 130),
+                                      ((0,), 256, 256)])
+def test_block_fp8_linear_is_its_two_ops_and_close_to_bf16(lead, k, n):
+    lin = _linear(k, n)
+    layer = cnn.BlockFP8Linear.from_linear(lin)
+    x = torch.randn(*lead, k, device="cuda", dtype=torch.bfloat16)
+    y = layer(x)
+    assert y.shape == (*lead, n) and y.dtype == torch.bfloat16
+    q, s = ops.per_token_group_quant_fp8(x.reshape(-1, k), 128)
+    by_hand = ops.gemm_a8w8_blockscale(q, s, layer.weight, layer.weight_scale_inv) + lin.bias
+    assert_same(y.reshape(-1, n), by_hand, "BlockFP8Linear vs its ops")
+    if x.numel():
+        assert rel_err(y, lin(x)) < 0.05
+
+
+@gpu
+def test_block_fp8_linear_from_a_checkpoint_pair():
+    """DeepSeek-V3 / Qwen3 FP8 layout: e4m3fn weight + weight_scale_inv, dequant = w * s."""
+    lin = _linear(1024, 640, bias=False)
+    q, s = cnn.quantize_weight(lin.weight, torch.float8_e4m3fn, 448.0)
+    layer = cnn.BlockFP8Linear.from_fp8(q, s, out_dtype=torch.bfloat16)
+    x = torch.randn(33, 1024, device="cuda", dtype=torch.bfloat16)
+    deq = q.float() * s.repeat_interleave(128, 0).repeat_interleave(128, 1)[:640]
+    assert rel_err(layer(x), x.float() @ deq.t()) < 0.03
+
+
+@gpu
+def test_rmsnorm_module_plain_residual_and_fused_quant():
+    h = 1024
+    norm = cnn.RMSNorm(h, eps=1e-5, device="cuda")
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(h, device="cuda") + 0.5)
+    x = torch.randn(3, 7, h, device="cuda", dtype=torch.bfloat16)
+    assert_same(norm(x).view(-1, h), ops.rmsnorm(x.view(-1, h), norm.weight, 1e-5), "plain")
+    res = torch.randn_like(x)
+    res0 = res.clone()
+    y, r = norm(x, res)
+    assert r is res
+    ry = res0.clone().view(-1, h)
+    assert_same(y.view(-1, h), ops.fused_add_rmsnorm(x.view(-1, h), ry, norm.weight, 1e-5),
+                "residual")
+    assert_same(res.view(-1, h), ry, "residual written back")
+    norm.quantize = True
+    act = norm(x)
+    assert isinstance(act, cnn.FP8Activation) and act.q.shape == x.shape
+    q, s = ops.rmsnorm_group_quant(x.view(-1, h), norm.weight, 1e-5, 128)
+    assert_same(act.q.view(-1, h), q, "quant q")
+    assert_same(act.scales.reshape(-1, h // 128), s, "quant scales")
+    layer = cnn.BlockFP8Linear.from_linear(_linear(h, 256))
+    fused = layer(act)
+    by_hand = ops.gemm_a8w8_blockscale(q, s, layer.weight, layer.weight_scale_inv) + layer.bias
+    assert_same(fused.view(-1, 256), by_hand, "linear(FP8Activation)")
+
+
+@gpu
+def test_modules_under_torch_compile_and_cuda_graphs():
+    h, n = 512, 384
+    norm = cnn.RMSNorm(h, quantize=True, device="cuda")
+    lin = cnn.BlockFP8Linear.from_linear(_linear(h, n))
+    lin2 = cnn.BlockFP8Linear.from_linear(_linear(n, h, seed=1))
+
+    def block(x):
+        return lin2(lin(norm(x)))
+    x = torch.randn(2, 9, h, device="cuda", dtype=torch.bfloat16)
+    eager = block(x)
+    compiled = torch.compile(block, fullgraph=True)(x)
+    assert_same(compiled, eager, "torch.compile")
+    static = x.clone()
+    block(static)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = block(static)
+    static.copy_(torch.randn_like(x))
+    graph.replay()
+    assert_same(out, block(static), "CUDA graph replay")
+
+
+@gpu
+def test_convert_replaces_linears_and_keeps_skipped_ones():
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 2)).cuda().bfloat16()
+    x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+    ref = model(x)
+    cnn.convert(model, skip=lambda name, lin: lin.out_features < 128)
+    assert isinstance(model[0], cnn.BlockFP8Linear) and type(model[2]) is nn.Linear
+    assert rel_err(model(x), ref) < 0.05
+
+
+# ---- vLLM-named entry points ----
+
+@gpu
+@pytest.mark.parametrize("col,tma", [(False, False), (True, False), (True, True)])
+def test_vllm_per_token_group_quant_layouts(col, tma):
+    m, k = 37, 512
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    q, s = vllm.per_token_group_quant_fp8(x, 128, column_major_scales=col,
+                                          tma_aligned_scales=tma)
+    stride = (1, (m + 3) // 4 * 4 if tma else m) if col else (k // 128, 1)
+    assert s.shape == (m, k // 128) and s.stride() == stride
+    rq, rs = reference.group_quant_fp8(x, 128, q.dtype, 224.0 if q.dtype ==
+                                       torch.float8_e4m3fnuz else 448.0)
+    assert_same(q, rq, "q")
+    assert_same(s.contiguous(), rs, "scales")
+    out_q = torch.empty_like(q)
+    q2, _ = vllm.per_token_group_quant_fp8(x, 128, out_q=out_q, column_major_scales=col)
+    assert q2 is out_q and torch.equal(q2.view(torch.uint8), q.view(torch.uint8))
+    q3, s3 = vllm.per_token_group_quant_fp8(x.view(1, m, k), 128)
+    assert q3.shape == (1, m, k) and s3.shape == (1, m, k // 128)
+
+
+@gpu
+def test_vllm_norms_in_place():
+    x = torch.randn(13, 2048, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(2048, device="cuda", dtype=torch.bfloat16) + 0.5
+    out = torch.empty_like(x)
+    assert vllm.rms_norm(out, x, w, 1e-6) is None
+    assert_same(out, ops.rmsnorm(x, w, 1e-6), "rms_norm out")
+    vllm.rms_norm(out, x, None, 1e-6)
+    assert_same(out, ops.rmsnorm(x, torch.ones_like(w), 1e-6), "rms_norm weight=None")
+    res = torch.randn_like(x)
+    inp, r2 = x.clone(), res.clone()
+    vllm.fused_add_rms_norm(inp, res, w, 1e-6)
+    expected = ops.fused_add_rmsnorm(x, r2, w, 1e-6)
+    assert_same(inp, expected, "fused_add_rms_norm input")
+    assert_same(res, r2, "fused_add_rms_norm residual")
+
+
+@gpu
+@pytest.mark.parametrize("transposed,tma", [(False, 0), (True, 0), (True, 4)])
+def test_vllm_rms_norm_per_block_quant(transposed, tma):
+    x = torch.randn(21, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(1024, device="cuda", dtype=torch.bfloat16) + 0.5
+    fp8 = ops.per_token_group_quant_fp8(x, 128)[0].dtype
+    q, s = vllm.rms_norm_per_block_quant(x, w, 1e-6, fp8, [1, 128],
+                                         is_scale_transposed=transposed, tma_alignment=tma)
+    rq, rs = ops.rmsnorm_group_quant(x, w, 1e-6, 128)
+    assert_same(q, rq, "q")
+    assert_same(s.contiguous(), rs, "scales")
+    if transposed:
+        assert s.stride() == (1, 24 if tma else 21)
+    with pytest.raises(ValueError, match="quant_dtype"):
+        vllm.rms_norm_per_block_quant(x, w, 1e-6, torch.int8, [1, 128])
+
+
+@gpu
+def test_vllm_block_scaled_mm():
+    layer = cnn.BlockFP8Linear.from_linear(_linear(512, 256, bias=False))
+    a = torch.randn(2, 5, 512, device="cuda", dtype=torch.bfloat16)
+    q, s = vllm.per_token_group_quant_fp8(a, 128)
+    c = vllm.w8a8_triton_block_scaled_mm(q, layer.weight, s, layer.weight_scale_inv, [128, 128],
+                                         output_dtype=torch.bfloat16)
+    assert c.shape == (2, 5, 256)
+    assert_same(c, layer(a), "block_scaled_mm vs BlockFP8Linear")
+    c16 = vllm.w8a8_block_fp8_matmul(q, layer.weight, s, layer.weight_scale_inv, [128, 128])
+    assert c16.dtype == torch.float16
+
+
+@gpu
+def test_supported_on_this_gpu():
+    s = supported()
+    assert s.arch is not None and s["nn.BlockFP8Linear"] and s["rmsnorm"], str(s)

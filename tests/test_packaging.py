@@ -1,0 +1,185 @@
+"""The package as a user installs it: the wheel's contents, the CLI from an installed copy in
+another directory (writing nothing beside itself), and prebuilt kernels shipped as a wheel that
+many processes load at once with no compiler."""
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.test_build_integrity import FAKE_CC
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(args, **kw):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps",
+                        "--no-build-isolation", "-q", "-w", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (whl,) = out.glob("fp8_codegen-*.whl")
+    return whl
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    site = tmp_path_factory.mktemp("site")
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                        str(site), str(wheel)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return site
+
+
+def files_of(tree: Path) -> dict[str, int]:
+    return {str(p.relative_to(tree)): p.stat().st_mtime_ns for p in tree.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+def test_the_wheel_holds_templates_headers_specs_tables_and_the_shim(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    for kind, where in ((".j2", "codegen/templates/"), (".cuh", "codegen/templates/include/"),
+                        (".h", "codegen/templates/include/"), (".toml", "codegen/specs/"),
+                        (".json", "codegen/tables/"), (".hip", "codegen/emu/")):
+        assert any(n.startswith(where) and n.endswith(kind) for n in names), (kind, names)
+    templates = {p.name for p in (ROOT / "templates").glob("*.j2")}
+    assert templates == {Path(n).name for n in names if n.endswith(".j2")}
+    assert "codegen/cli.py" in names and "codegen/nn/__init__.py" in names
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
+    assert "Name: fp8-codegen" in meta
+
+
+@pytest.mark.isa
+def test_the_installed_package_builds_elsewhere_and_writes_nothing_beside_itself(
+        installed, tmp_path):
+    before = files_of(installed)
+    elsewhere = tmp_path / "work"
+    elsewhere.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(installed), HOME=str(tmp_path / "home"),
+               CODEGEN_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("CODEGEN_AOT_DIR", None)
+    out = tmp_path / "kernels"
+    r = run(["-m", "codegen", "build", "--arch", "gfx942", "--ops", "dual_rmsnorm_group_quant",
+             "--out", str(out)], cwd=elsewhere, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    manifest = json.loads((out / "gfx942" / "manifest.json").read_text())
+    assert manifest["variants"] and all(v["status"] == "ok" for v in manifest["variants"])
+    assert (out / "gfx942" / manifest["variants"][0]["asm"]).exists()
+    doctor = run(["-m", "codegen", "doctor"], cwd=elsewhere, env=env)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert f"codegen 0.1.0 from {installed / 'codegen'}" in doctor.stdout
+    assert "gfx942   clang" in doctor.stdout and "(source checkout)" not in doctor.stdout
+    assert str(tmp_path / "home" / ".local" / "share" / "codegen") in doctor.stdout
+    assert files_of(installed) == before
+    assert os.listdir(elsewhere) == []
+
+
+def test_cli_exit_codes_name_the_cause(tmp_path):
+    r = run(["-m", "codegen", "build", "--arch", "gfx1030"], cwd=ROOT)
+    assert r.returncode == 2 and "--arch" in r.stderr and "gfx942" in r.stderr
+    r = run(["-m", "codegen", "build", "--arch", "gfx942", "--ops", "gemm"], cwd=ROOT)
+    assert r.returncode == 2 and "--ops: unknown gemm" in r.stderr
+    r = run(["-m", "codegen", "list", "--arch", "gfx942", "--out", str(tmp_path)], cwd=ROOT)
+    assert r.returncode == 2 and "no manifest" in r.stderr and "codegen build" in r.stderr
+    r = run(["-m", "codegen", "explain", "--arch", "sm_90a", "gemm_a8w8_blockscale"], cwd=ROOT)
+    assert r.returncode == 2 and "--m M --n N --k K" in r.stderr
+    r = run(["-m", "codegen", "explain", "--arch", "gfx942", "rmsnorm", "dtyp=bf16"], cwd=ROOT)
+    assert r.returncode == 2 and "no axis dtyp" in r.stderr
+
+
+def test_explain_says_table_hit_or_heuristic():
+    from codegen.cli import explain
+    from codegen.families import gemm
+
+    (m, n, k), cfg = next(iter(gemm.table("sm_90a").items()))
+    lines = explain("sm_90a", gemm.FAMILY, {}, m, n, k)
+    assert any(line.startswith("why: table hit") for line in lines)
+    assert lines[0].startswith(f"variant: gemm_a8w8_blockscale_e4m3fn448_{cfg['kernel']}_")
+    assert json.loads(lines[1].removeprefix("config: ")) == cfg
+    lines = explain("gfx942", gemm.FAMILY, {}, 3000, 100, 512)
+    assert any(line.startswith("why: heuristic by M") for line in lines)
+    assert json.loads(lines[1].removeprefix("config: ")) == gemm.heuristic("gfx942", 3000)
+    lines = explain("gfx1100", "group_quant_fp8", {"dtype": "bf16"})
+    assert lines == ["unsupported: arch gfx1100 has no FP8 support; group_quant_fp8 is not "
+                     "offered there"]
+
+
+# ---- prebuilt kernels: a wheel, or a shared folder, loaded by many processes ----
+
+LOAD = """
+import sys
+import codegen.build.jit as jit
+from codegen.dispatch import kernel
+from codegen.spec import make_variant
+v = make_variant('group_quant_fp8', 'sm_90a', dtype='bf16', group_size=128, fp8='e4m3fn448',
+                 scale_layout='row', ue8m0=False)
+kernel(v)
+print(jit.aot_module(v), jit.BUILDS)
+"""
+
+
+@pytest.fixture(scope="module")
+def prebuilt(tmp_path_factory):
+    """sm_90a group_quant modules from a stand-in nvcc (real tiny .so files), in a folder and
+    packed as a wheel, installed into its own site dir."""
+    tmp = tmp_path_factory.mktemp("prebuilt")
+    cc = tmp / "nvcc"
+    cc.write_text(FAKE_CC)
+    cc.chmod(0o755)
+    env = dict(os.environ, CODEGEN_NVCC=str(cc), CODEGEN_CACHE_DIR=str(tmp / "cache"))
+    r = run(["-m", "codegen", "build", "--arch", "sm_90a", "--ops", "group_quant_fp8", "--out",
+             str(tmp / "aot"), "--wheel", str(tmp / "dist")], cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (whl,) = (tmp / "dist").glob("fp8_codegen_kernels_sm_90a-*.whl")
+    names = zipfile.ZipFile(whl).namelist()
+    assert "codegen_kernels_sm_90a/manifest.json" in names
+    assert sum(n.endswith(".so") for n in names) == sum(n.endswith(".so.key") for n in names) > 1
+    site = tmp / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                        str(site), str(whl)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return tmp
+
+
+@pytest.mark.parametrize("source", ["wheel", "folder"])
+def test_eight_processes_load_prebuilt_kernels_with_no_compiler_and_no_build(
+        prebuilt, source, tmp_path):
+    env = dict(os.environ, CODEGEN_NVCC=str(tmp_path / "no-nvcc"),
+               CODEGEN_CACHE_DIR=str(tmp_path / "empty-cache"))
+    if source == "wheel":
+        env.update(PYTHONPATH=os.pathsep.join([str(prebuilt / "site"), str(ROOT)]),
+                   CODEGEN_AOT_DIR=str(tmp_path / "no-aot"))
+        expected = prebuilt / "site" / "codegen_kernels_sm_90a"
+    else:
+        env.update(PYTHONPATH=str(ROOT), CODEGEN_AOT_DIR=str(prebuilt / "aot"))
+        expected = prebuilt / "aot" / "sm_90a"
+    procs = [subprocess.Popen([sys.executable, "-c", LOAD], env=env, cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(8)]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [r[1] for r in results]
+    for out, _ in results:
+        path, builds = out.split()
+        assert Path(path).parent == expected and builds == "0"
+    assert not (tmp_path / "empty-cache").exists()
+
+
+def test_a_prebuilt_module_of_other_source_is_not_loaded(prebuilt, tmp_path):
+    """Its .key names another source: the loader passes it by and goes to JIT (here: no
+    compiler, so the error names it)."""
+    aot = tmp_path / "aot"
+    subprocess.run(["cp", "-r", str(prebuilt / "aot"), str(aot)], check=True)
+    for key in (aot / "sm_90a").glob("*.so.key"):
+        k, size, digest, _ = key.read_text().split()
+        key.write_text(f"{k} {size} {digest} {'0' * 24}\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CODEGEN_AOT_DIR=str(aot),
+               CODEGEN_NVCC=str(tmp_path / "no-nvcc"), CODEGEN_CACHE_DIR=str(tmp_path / "c"))
+    r = run(["-c", LOAD], env=env, cwd=tmp_path)
+    assert r.returncode != 0 and "nvcc not found" in r.stderr
