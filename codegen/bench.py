@@ -363,14 +363,41 @@ def host_us(fn, n=2000) -> float:
 
 
 def host_overhead() -> dict:
-    """Wall time per call with the GPU kept busy elsewhere: our op vs a bare launch."""
-    x = torch.randn(1, 1536, device="cuda").to(torch.bfloat16)
-    bare = min(host_us(lambda: torch.cuda._sleep(0)) for _ in range(3))
-    ours = min(host_us(lambda: ops.per_token_group_quant_fp8(x)) for _ in range(3))
-    r = dict(bare_launch_us=bare, op_call_us=ours, overhead_us=ours - bare)
-    table("host overhead per call (T=1, H=1536)", ["bare launch us", "op call us", "overhead us"],
-          [[bare, ours, ours - bare]])
-    return r
+    """Wall time per eager call at T = 1 with the GPU left to run behind (the host is the
+    limit): every op, the modules and the vLLM entry points, against bare torch launches."""
+    from . import nn as cnn
+    from . import vllm
+
+    bf = torch.bfloat16
+    x = torch.randn(1, 1536, device="cuda", dtype=bf)
+    w = torch.randn(1536, device="cuda", dtype=bf)
+    kv, kw = torch.randn(1, 512, device="cuda", dtype=bf), torch.randn(512, device="cuda", dtype=bf)
+    res, y = torch.randn_like(x), torch.empty_like(x)
+    lin = cnn.BlockFP8Linear.from_linear(torch.nn.Linear(7168, 2112, bias=False, device="cuda"))
+    a = torch.randn(1, 7168, device="cuda", dtype=bf)
+    qa, sa = ops.per_token_group_quant_fp8(a)
+    cases = {
+        "torch.mul(out=)": lambda: torch.mul(x, x, out=y),
+        "torch.mul": lambda: torch.mul(x, x),
+        "per_token_group_quant_fp8": lambda: ops.per_token_group_quant_fp8(x),
+        "rmsnorm": lambda: ops.rmsnorm(x, w),
+        "fused_add_rmsnorm": lambda: ops.fused_add_rmsnorm(x, res, w),
+        "rmsnorm_group_quant": lambda: ops.rmsnorm_group_quant(x, w),
+        "dual_rmsnorm_group_quant": lambda: ops.dual_rmsnorm_group_quant(x, w, kv, kw),
+        "gemm_a8w8_blockscale 1x2112x7168": lambda: ops.gemm_a8w8_blockscale(
+            qa, sa, lin.weight, lin.weight_scale_inv),
+        "quant + gemm by hand": lambda: ops.gemm_a8w8_blockscale(
+            *ops.per_token_group_quant_fp8(a), lin.weight, lin.weight_scale_inv),
+        "nn.BlockFP8Linear.forward": lambda: lin(a),
+        "vllm.rms_norm": lambda: vllm.rms_norm(y, x, w, 1e-6),
+        "vllm.per_token_group_quant_fp8": lambda: vllm.per_token_group_quant_fp8(x, 128),
+    }
+    us = {name: min(host_us(fn) for _ in range(3)) for name, fn in cases.items()}
+    bare = us["torch.mul(out=)"]
+    table("host time per eager call, T=1 (us; overhead = call - torch.mul(out=))",
+          ["call", "us", "overhead us"], [[k, v, v - bare] for k, v in us.items()])
+    return dict(calls_us=us, bare_launch_us=bare,
+                overhead_us={k: v - bare for k, v in us.items()})
 
 
 JIT_SNIPPET = """

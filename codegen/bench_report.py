@@ -70,10 +70,12 @@ def tables(run: dict, source: str) -> str:
                     [[r["m"], r["n"], r["k"], r["graph_us"], r["tflops"], r["cublas_tflops"],
                       r["vs_cublas"], f"{r['weight_copy_frac']:.0%}", r["us"], r["config"]]
                      for r in run["gemm"]])]
-    if run.get("overhead"):
+    if run.get("overhead", {}).get("calls_us"):
         o = run["overhead"]
-        out += ["", "**Host time per eager call** (T = 1)", "", _table(
-            [k for k in o], [[o[k] for k in o]])]
+        out += ["", "**Host time per eager call** (T = 1; overhead: over a bare "
+                "`torch.mul(out=)` launch)", "", _table(
+                    ["call", "us", "overhead us"],
+                    [[k, v, o["overhead_us"][k]] for k, v in o["calls_us"].items()])]
     return "\n".join(out) + "\n"
 
 
