@@ -47,10 +47,8 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
             raise ValueError(f"out_q: {tuple(out_q.shape)} {out_q.dtype}, expected "
                              f"{tuple(x.shape)} {q.dtype}")
         out_q.copy_(q.view(x.shape))
-        q = out_q
-    if layout == "row":
-        return q.view(x.shape), s.view(*lead, s.shape[-1])
-    return q, s
+    q = out_q if out_q is not None else q.view(x.shape)
+    return q, (s.view(*lead, s.shape[-1]) if layout == "row" else s)
 
 
 def _unit_weight(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:

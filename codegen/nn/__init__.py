@@ -142,13 +142,12 @@ class BlockFP8Linear(nn.Module):
         ops = _ops()
         if isinstance(x, FP8Activation):
             q, s, dtype = x
+            lead = q.shape[:-1]
+            q, s = q.reshape(-1, q.shape[-1]), s.reshape(-1, s.shape[-1])
         else:
-            dtype = x.dtype
+            dtype, lead = x.dtype, x.shape[:-1]
             q, s = ops.per_token_group_quant_fp8(x.reshape(-1, x.shape[-1]), BLOCK)
-        lead = q.shape[:-1]
-        q2 = q.reshape(-1, q.shape[-1])
-        y = ops.gemm_a8w8_blockscale(q2, s.reshape(q2.shape[0], -1), self.weight,
-                                     self.weight_scale_inv)
+        y = ops.gemm_a8w8_blockscale(q, s, self.weight, self.weight_scale_inv)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
         out = self.out_dtype or dtype

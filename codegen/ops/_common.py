@@ -47,8 +47,14 @@ def arch(t: torch.Tensor) -> str:
     return arch_of(t.device.index if t.device.index is not None else torch.cuda.current_device())
 
 
+# bound once: the eager paths call them on every launch
+is_compiling = torch.compiler.is_compiling
+raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0)
+
+
 def stream(t: torch.Tensor) -> int:
-    return torch._C._cuda_getCurrentRawStream(t.device.index) if t.is_cuda else 0
+    dev = t.get_device()
+    return raw_stream(dev) if dev >= 0 else 0
 
 
 def check_rc(rc: int, what: str) -> None:

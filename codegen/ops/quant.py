@@ -6,7 +6,8 @@ import torch
 from ..dispatch import Unsupported
 from ..families import quant as fam
 from ..targets import get_target
-from ._common import CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor, launcher, stream
+from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor, is_compiling as
+                      _is_compiling, launcher, raw_stream, stream)
 
 SCALE_LAYOUTS = ("row", "col", "col_tma")
 GROUP_SIZES = (32, 64, 128)
@@ -111,19 +112,36 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     ue8m0: round each scale up to a power of two. fp8_dtype / fp8_max: default to the device's
     format (e4m3fnuz / 224 on gfx942, where 240 is also offered; e4m3fn / 448 elsewhere).
     """
-    # Per-call checks are the shape-dependent ones; the rest is checked once per plan key.
-    key = (x.dtype, x.device, group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
-    plan = _plans.get(key) if isinstance(x, torch.Tensor) else None
-    if plan is None or x.dim() != 2 or x.shape[1] % group_size or (
-            x.stride(1) != 1 and x.shape[1] > 1):
+    # Everything but T is checked once per plan key; the eager path then allocates and launches.
+    try:
+        key = (x.dtype, x.get_device(), x.dim(), x.shape[-1], x.stride(-1), group_size,
+               scale_layout, ue8m0, fp8_dtype, fp8_max)
+        plan = _plans.get(key)
+    except (AttributeError, TypeError, IndexError):     # not a tensor, 0-d, unhashable
+        key = plan = None
+    if plan is None:
         check_tensor("x", x, ndim=2)
         check_group(x.shape[1], group_size, scale_layout)
-        plan = _plans[key] = (*resolve_fp8(x, fp8_dtype, fp8_max), None)
-    dtype, fmax, kern = plan
-    if torch.compiler.is_compiling():
+        dtype, fmax = resolve_fp8(x, fp8_dtype, fp8_max)
+        plan = [dtype, fmax, None, x.shape[1] // group_size, x.element_size()]
+        if key is not None:
+            _plans[key] = plan
+    dtype, fmax, kern, groups, esize = plan
+    if _is_compiling():
         return torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout,
                                                            bool(ue8m0), fmax, dtype)
     if kern is None:   # first eager call of this plan: the kernel, built or loaded (JIT)
-        kern = _kernel(x, group_size, scale_layout, bool(ue8m0), fmax)
-        _plans[key] = (dtype, fmax, kern)
-    return _impl(x, group_size, scale_layout, bool(ue8m0), fmax, dtype, kern)  # eager: no dispatch
+        kern = plan[2] = _kernel(x, group_size, scale_layout, bool(ue8m0), fmax)
+    t, h = x.shape
+    q = x.new_empty((t, h), dtype=dtype)
+    s = empty_scales(t, groups, scale_layout, x)
+    if t == 0 or h == 0:
+        return q, s
+    fn, uri = kern
+    dev = x.get_device()
+    rc = fn(x.data_ptr(), q.data_ptr(), s.data_ptr(), t * groups, groups, x.stride(0) * esize,
+            t if scale_layout == "col" else (t + 3) // 4 * 4, fam.GRID_WAVES,
+            raw_stream(dev) if dev >= 0 else 0)
+    if rc:
+        check_rc(rc, uri)
+    return q, s

@@ -144,7 +144,7 @@ def _planned(params: tuple, tensors: tuple, check) -> _Plan:
     return hit
 
 
-def _kernel(kernels: dict | None, open_params: tuple, family: str, x: torch.Tensor, **params):
+def _kernel(kernels: dict | None, open_params, family: str, x: torch.Tensor, **params):
     """(launcher, uri) of the variant, kept in the plan under what its signature leaves open."""
     hit = kernels.get(open_params) if kernels is not None else None
     if hit is None:
@@ -183,12 +183,14 @@ def _norm(x, residual, weight, eps, kernels=None, out=None):
     # 16-byte accesses when every row of every operand starts on a 16-byte boundary
     vector = (h * x.element_size()) % 16 == 0 and _rows_aligned(x) and _rows_aligned(weight) \
         and (residual is None or _rows_aligned(residual))
-    fn, uri = _kernel(kernels, (vector,), "rmsnorm", x, dtype=DTYPE_NAMES[x.dtype],
-                      residual=residual is not None, load="vec16" if vector else "scalar")
+    hit = kernels.get(vector) if kernels is not None else None
+    fn, uri = hit or _kernel(kernels, vector, "rmsnorm", x, dtype=DTYPE_NAMES[x.dtype],
+                             residual=residual is not None, load="vec16" if vector else "scalar")
     rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
             y.data_ptr(), t, h, _row_stride_bytes(x),
             0 if residual is None else _row_stride_bytes(residual), eps, stream(x))
-    check_rc(rc, uri)
+    if rc:
+        check_rc(rc, uri)
     return y
 
 
@@ -299,9 +301,10 @@ def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp
     if residual is not None:
         _check_aligned_residual(residual)
     x, weight = _aligned_copy(x), _aligned_copy(weight)
-    fn, uri = _kernel(kernels, (ue8m0,), "rmsnorm_group_quant", x, dtype=DTYPE_NAMES[x.dtype],
-                      group_size=group_size, ue8m0=ue8m0, residual=residual is not None,
-                      fp8_max=fp8_max)
+    hit = kernels.get(ue8m0) if kernels is not None else None
+    fn, uri = hit or _kernel(kernels, ue8m0, "rmsnorm_group_quant", x,
+                             dtype=DTYPE_NAMES[x.dtype], group_size=group_size, ue8m0=ue8m0,
+                             residual=residual is not None, fp8_max=fp8_max)
     rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
             q.data_ptr(), s.data_ptr(), None if y is None else y.data_ptr(), t, h,
             _row_stride_bytes(x), 0 if residual is None else _row_stride_bytes(residual),
@@ -384,7 +387,8 @@ def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0,
     if t == 0:
         return q_fp8, q_scales, kv_out
     q, q_weight, kv, kv_weight = map(_aligned_copy, (q, q_weight, kv, kv_weight))
-    fn, uri = _kernel(kernels, (bool(ue8m0),), "dual_rmsnorm_group_quant", q,
+    hit = kernels.get(bool(ue8m0)) if kernels is not None else None
+    fn, uri = hit or _kernel(kernels, bool(ue8m0), "dual_rmsnorm_group_quant", q,
                       dtype=DTYPE_NAMES[q.dtype], group_size=group_size, ue8m0=bool(ue8m0),
                       fp8_max=fp8_max)
     rc = fn(q.data_ptr(), q_weight.data_ptr(), q_fp8.data_ptr(), q_scales.data_ptr(),
