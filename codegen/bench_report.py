@@ -1,9 +1,12 @@
-"""The README's performance tables and the roofline plot, generated from a `make bench` JSON.
+"""Performance tables, the README's summary of them and the roofline plot, from a `make bench`
+JSON.
 
     python -m codegen.bench_report [docs/bench/<run>.json]    (default: the newest there)
 
-Rewrites the README between its `<!-- bench:begin -->` / `<!-- bench:end -->` markers and writes
-docs/bench/roofline.png (matplotlib, when installed). Needs no GPU.
+Rewrites docs/performance.md between its `<!-- bench:begin -->` / `<!-- bench:end -->` markers
+(every table), the README between `<!-- bench-summary:begin -->` / `<!-- bench-summary:end -->`
+(one line per op family) and writes docs/bench/roofline.png (matplotlib, when installed). Needs
+no GPU.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "bench"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+SUMMARY = ("<!-- bench-summary:begin -->", "<!-- bench-summary:end -->")
 
 
 def _f(v, digits=3) -> str:
@@ -79,6 +83,69 @@ def tables(run: dict, source: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def _span(values, fmt="{:.0%}") -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "n/a"
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}-{fmt.format(hi)}"
+
+
+def summary(run: dict) -> str:
+    """One line per family: the large-problem fraction of copy and the ratio to its peer."""
+    x = "{:.2f}x"
+    big = lambda rows: [r for r in rows if r["t"] >= 4096 and r["h"] >= 4096]   # noqa: E731
+    lines = [f"{run['device']}, {run['date']}, graph time (copy {run['copy_graph_gbs']:.0f} "
+             f"GB/s); T >= 4096 and H >= 4096 unless said:", ""]
+    if run.get("quant"):
+        rows = big([r for r in run["quant"] if r["g"] == 128])
+        lines.append(f"- per_token_group_quant_fp8 (bf16, G 128): {_span(r['copy_frac'] for r in rows)}"
+                     f" of copy; {_span((r['vs_compile'] for r in rows), x)} torch.compile")
+    for op in ("rmsnorm", "fused_add_rmsnorm"):
+        rows = big([r for r in run.get("rmsnorm", []) if r["op"] == op])
+        if rows:
+            every = [r["vs_compile"] for r in run["rmsnorm"] if r["op"] == op]
+            lines.append(f"- {op} (bf16): {_span(r['copy_frac'] for r in rows)} of copy; "
+                         f"{_span(every, x)} torch.compile over every shape measured")
+    rows = big([r for r in run.get("rmsnorm_quant", []) if r["op"] == "rmsnorm_group_quant"])
+    if rows:
+        lines.append(f"- rmsnorm_group_quant (bf16, G 128): {_span(r['copy_frac'] for r in rows)}"
+                     f" of copy; {_span((r['vs_compile'] for r in rows), x)} torch.compile")
+    dual = [r for r in run.get("rmsnorm_quant", []) if r["op"] == "dual_rmsnorm_group_quant"]
+    if dual:
+        lines.append(f"- dual_rmsnorm_group_quant: one launch {_span((r['speedup'] for r in dual), x)}"
+                     f" faster than two")
+    gemm = run.get("gemm", [])
+    for label, pred in (("M = 16-64", lambda m: 16 <= m <= 64), ("M = 128", lambda m: m == 128),
+                        ("M >= 1024", lambda m: m >= 1024)):
+        rows = [r for r in gemm if pred(r["m"])]
+        if rows:
+            lines.append(f"- gemm_a8w8_blockscale, {label}: {_span((r['vs_cublas'] for r in rows), x)}"
+                         f" cuBLAS blockwise ({_span((r['tflops'] for r in rows), '{:.0f}')} "
+                         f"TFLOP/s)")
+    ones = [r for r in gemm if r["m"] == 1]
+    if ones:
+        lines.append(f"- gemm_a8w8_blockscale, M = 1: weights read at "
+                     f"{_span(r['weight_copy_frac'] for r in ones)} of copy")
+    o = run.get("overhead", {}).get("overhead_us")
+    if isinstance(o, dict):
+        ops = {k: v for k, v in o.items() if not k.startswith("torch.")}
+        lines.append(f"- host time per eager call over a bare `torch.mul(out=)` launch: "
+                     f"{_span(ops.values(), '{:.1f}')} us")
+    return "\n".join(lines) + "\n"
+
+
+def _replace(path: Path, markers: tuple[str, str], body: str) -> bool:
+    text = path.read_text()
+    begin, end = markers
+    if begin not in text or end not in text:
+        print(f"bench_report: {path} has no {begin} / {end} markers", file=sys.stderr)
+        return False
+    head, rest = text.split(begin, 1)
+    path.write_text(f"{head}{begin}\n{body}{end}{rest.split(end, 1)[1]}")
+    return True
+
+
 def roofline(run: dict, path: Path) -> bool:
     """Achieved bandwidth (memory-bound ops) and FLOP rate (GEMM) against the measured
     ceilings: the graph-timed copy, and the best cuBLAS rate of the run."""
@@ -131,6 +198,7 @@ def main(argv=None) -> int:
     ap.add_argument("json", nargs="?", type=Path, help="a bench JSON (default: newest in "
                     "docs/bench/)")
     ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    ap.add_argument("--tables", type=Path, default=ROOT / "docs" / "performance.md")
     args = ap.parse_args(argv)
     path = args.json or max(RESULTS.glob("*.json"), key=lambda p: p.stat().st_mtime,
                             default=None)
@@ -138,20 +206,16 @@ def main(argv=None) -> int:
         print(f"bench_report: no JSON in {RESULTS}", file=sys.stderr)
         return 2
     run = json.loads(path.read_text())
-    text = args.readme.read_text()
-    if BEGIN not in text or END not in text:
-        print(f"bench_report: {args.readme} has no {BEGIN} / {END} markers", file=sys.stderr)
-        return 2
     try:
         source = path.resolve().relative_to(ROOT)
     except ValueError:
         source = path
-    head, rest = text.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    args.readme.write_text(f"{head}{BEGIN}\n{tables(run, str(source))}{END}{tail}")
+    if not (_replace(args.tables, (BEGIN, END), tables(run, str(source)))
+            and _replace(args.readme, SUMMARY, summary(run))):
+        return 2
     plotted = roofline(run, path.parent / "roofline.png")
-    print(f"bench_report: tables from {source}" + (", roofline.png" if plotted else
-                                                    " (no matplotlib: no plot)"))
+    print(f"bench_report: {args.tables.name} and the README summary from {source}"
+          + (", roofline.png" if plotted else " (no matplotlib: no plot)"))
     return 0
 
 
