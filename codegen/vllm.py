@@ -38,8 +38,8 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
     if column_major_scales and x.dim() != 2:
         raise ValueError(f"x: column-major scales need 2-D x, got shape {tuple(x.shape)}")
     layout = ("col_tma" if tma_aligned_scales else "col") if column_major_scales else "row"
-    lead = x.shape[:-1]
-    q, s = ops.per_token_group_quant_fp8(x.reshape(-1, x.shape[-1]), group_size,
+    flat = x.dim() == 2
+    q, s = ops.per_token_group_quant_fp8(x if flat else x.reshape(-1, x.shape[-1]), group_size,
                                          scale_layout=layout, ue8m0=bool(use_ue8m0),
                                          fp8_dtype=dtype)
     if out_q is not None:
@@ -47,8 +47,10 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
             raise ValueError(f"out_q: {tuple(out_q.shape)} {out_q.dtype}, expected "
                              f"{tuple(x.shape)} {q.dtype}")
         out_q.copy_(q.view(x.shape))
-    q = out_q if out_q is not None else q.view(x.shape)
-    return q, (s.view(*lead, s.shape[-1]) if layout == "row" else s)
+        q = out_q
+    if flat:
+        return q, s
+    return q.view(x.shape), s.view(*x.shape[:-1], s.shape[-1])
 
 
 def _unit_weight(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:

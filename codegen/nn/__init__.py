@@ -146,14 +146,15 @@ class BlockFP8Linear(nn.Module):
             q, s = q.reshape(-1, q.shape[-1]), s.reshape(-1, s.shape[-1])
         else:
             dtype, lead = x.dtype, x.shape[:-1]
-            q, s = ops.per_token_group_quant_fp8(x.reshape(-1, x.shape[-1]), BLOCK)
+            q, s = ops.per_token_group_quant_fp8(x if x.dim() == 2 else x.reshape(
+                -1, x.shape[-1]), BLOCK)
         y = ops.gemm_a8w8_blockscale(q, s, self.weight, self.weight_scale_inv)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
         out = self.out_dtype or dtype
         if y.dtype != out:
             y = y.to(out)
-        return y.view(*lead, self.out_features)
+        return y if len(lead) == 1 else y.view(*lead, self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
