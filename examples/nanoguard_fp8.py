@@ -182,6 +182,7 @@ def _captured(model, input_ids, mask):
     graph = torch.cuda.CUDAGraph()
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16), torch.cuda.graph(graph):
         out = model(static_ids, static_mask)
+    graph.inputs = (static_ids, static_mask)     # the graph reads them: they must outlive it
     return graph, out
 
 
