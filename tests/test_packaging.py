@@ -78,6 +78,11 @@ def test_the_installed_package_builds_elsewhere_and_writes_nothing_beside_itself
     assert f"codegen 0.1.0 from {installed / 'codegen'}" in doctor.stdout
     assert "gfx942   clang" in doctor.stdout and "(source checkout)" not in doctor.stdout
     assert str(tmp_path / "home" / ".local" / "share" / "codegen") in doctor.stdout
+    jit = run(["-c", "import codegen.build.jit as j; from codegen.spec import make_variant; "
+               "print(j.compile_variant(make_variant('rmsnorm', 'gfx942', dtype='bf16', "
+               "residual=False, load='vec16')))"], cwd=elsewhere, env=env)
+    assert jit.returncode == 0, jit.stderr
+    assert Path(jit.stdout.strip()).is_relative_to(tmp_path / "cache")
     assert files_of(installed) == before
     assert os.listdir(elsewhere) == []
 
