@@ -246,7 +246,8 @@ def cmd_doctor(args) -> int:
     for arch, target in TARGETS.items():
         try:
             tc = find(target)
-            version = tc.version.splitlines()[0] if tc.version else "?"
+            lines = tc.version.splitlines() or ["?"]
+            version = next((v for v in lines if "release" in v), lines[0]).strip()
             kind = "modules" if tc.loadable else "assembly only (set ROCM_PATH for modules)"
             print(f"  {arch:<8} {tc.name:<6} {tc.compiler}  {version}  -> {kind}")
         except ToolchainError as e:
