@@ -60,10 +60,7 @@ def _impl(a, a_scales, b, b_scales, config: dict | None = None):
     args = (m, n, k, a.stride(0), b.stride(0), a_scales.stride(0), a_scales.stride(1),
             b_scales.stride(0), b_scales.stride(1))
     if config is None and not torch.compiler.is_compiling():
-        _plans[(a.shape, a.stride(), b.shape, b.stride(), a_scales.shape, a_scales.stride(),
-                b_scales.shape, b_scales.stride(), a.dtype, b.dtype, a_scales.dtype,
-                b_scales.dtype, a.get_device(), b.get_device(), a_scales.get_device(),
-                b_scales.get_device())] = (fn, uri, m, n, k, args)
+        _plans[_plan_key(a, a_scales, b, b_scales)] = (fn, uri, m, n, k, args)
     rc = fn(a.data_ptr(), b.data_ptr(), a_scales.data_ptr(), b_scales.data_ptr(), out.data_ptr(),
             *args, stream(a))
     check_rc(rc, uri)
@@ -130,10 +127,7 @@ def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tenso
     # Everything but the data pointers is checked once per plan key (shapes, strides, dtypes,
     # devices); the eager path then checks alignment, allocates and launches.
     try:
-        key = (a.shape, a.stride(), b.shape, b.stride(), a_scales.shape, a_scales.stride(),
-               b_scales.shape, b_scales.stride(), a.dtype, b.dtype, a_scales.dtype,
-               b_scales.dtype, a.get_device(), b.get_device(), a_scales.get_device(),
-               b_scales.get_device())
+        key = _plan_key(a, a_scales, b, b_scales)
         plan = _plans.get(key)
     except (AttributeError, TypeError):
         key = plan = None
@@ -153,6 +147,13 @@ def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tenso
 
 _plans: dict[tuple, tuple] = {}
 CACHES.append(_plans)
+
+
+def _plan_key(a, a_scales, b, b_scales) -> tuple:
+    """What _check reads: shapes, strides, dtypes and devices (its [12] is a's device)."""
+    return (a.shape, a.stride(), b.shape, b.stride(), a_scales.shape, a_scales.stride(),
+            b_scales.shape, b_scales.stride(), a.dtype, b.dtype, a_scales.dtype, b_scales.dtype,
+            a.get_device(), b.get_device(), a_scales.get_device(), b_scales.get_device())
 
 
 def gemm_with_config(a, a_scales, b, b_scales, config: dict) -> torch.Tensor:
