@@ -44,6 +44,13 @@ ATOMS = {a.name: a for a in (
          a_rows=("(lane & 15)",), a_kgroup="(lane >> 4)",
          b_col="(lane & 15)", b_kgroup="(lane >> 4)",
          c=tuple((f"((lane >> 4) * 4 + {i})", "(lane & 15)") for i in range(4))),
+    # gfx942 / gfx950 (wave64): D[32x32] += A[32x16] B[16x32]; D row 8 (r / 4) + 4 (lane / 32)
+    # + r % 4 in register r (AMD Matrix Instruction Calculator, CDNA3)
+    Atom("mfma_f32_32x32x16_fp8", "v_mfma_f32_32x32x16_fp8_fp8", 32, 32, 16, 64, 2,
+         a_rows=("(lane & 31)",), a_kgroup="(lane >> 5)",
+         b_col="(lane & 31)", b_kgroup="(lane >> 5)",
+         c=tuple((f"((lane >> 5) * 4 + {8 * (i // 4) + i % 4})", "(lane & 31)")
+                 for i in range(16))),
     # gfx1200 / gfx1201 (wave32): D[16x16] += A[16x16] B[16x16]
     Atom("wmma_f32_16x16x16_fp8", "v_wmma_f32_16x16x16_fp8_fp8", 16, 16, 16, 32, 2,
          a_rows=("(lane & 15)",), a_kgroup="(lane >> 4)",
@@ -60,15 +67,29 @@ ATOMS = {a.name: a for a in (
             ("((lane >> 2) + 8)", "((lane & 3) * 2 + 1)"))),
 )}
 
-# The instruction each target's portable GEMM uses.
+# The instruction each target's portable GEMM kernels use by default.
 TARGET_ATOM = {"gfx942": "mfma_f32_16x16x32_fp8", "gfx950": "mfma_f32_16x16x32_fp8",
                "gfx1200": "wmma_f32_16x16x16_fp8", "gfx1201": "wmma_f32_16x16x16_fp8",
                "sm_90a": "mma_m16n8k32_e4m3"}
+# The larger instructions the lds kernel may take instead (the GEMM's `atom` axis), by arch.
+LARGE_ATOMS = {"32x32x16": ("mfma_f32_32x32x16_fp8", ("gfx942", "gfx950"))}
 
 
-def atom_for(arch: str) -> Atom | None:
+def atom_for(arch: str, kernel: str = "mma", atom: str = "") -> Atom | None:
+    """The instruction of a kernel: the target's default, or the `atom` axis' choice (lds)."""
+    if atom:
+        name, archs = LARGE_ATOMS.get(atom, ("", ()))
+        return ATOMS[name] if kernel == "lds" and arch in archs else None
     name = TARGET_ATOM.get(arch)
     return ATOMS[name] if name else None
+
+
+def uses() -> list[tuple[str, str, str, Atom]]:
+    """(arch, kernel, atom axis value, instruction) of every portable kernel form."""
+    out = [(arch, kernel, "", atom_for(arch, kernel)) for arch in TARGET_ATOM
+           for kernel in ("mma", "lds")]
+    return out + [(arch, "lds", value, ATOMS[name]) for value, (name, archs) in
+                  LARGE_ATOMS.items() for arch in archs]
 
 
 def evaluate(expr: str, lane: int) -> int:

@@ -28,7 +28,8 @@ def candidates(arch: str) -> list[dict]:
     c = fam.config
     cands = [c("mma", bm, bn, split_k=sk) for bm in (8, 16, 32, 64) for bn in (16, 32, 64)
              for sk in (1, 4, 8, 16)]
-    cands += [c("lds", bm, bn, stages=2) for bm in (32, 64, 128) for bn in (32, 64, 128)]
+    cands += [c("lds", bm, bn, stages=2, atom=a) for bm in (32, 64, 128) for bn in (32, 64, 128)
+              for a in ("", *fam.LARGE_ATOMS)]
     cands += [c("wgmma", bm, bn, stages=s) for bm in (64, 128) for bn in (64, 128)
               for s in (4, 5, 6)]
     fp8 = get_target(arch).fp8_formats[0]

@@ -407,3 +407,18 @@ def test_emu_gap_float_denorm_gfx950():
     with gaps.disabled("float_denorm"):
         flushed = ops.rmsnorm(x, w, EPS)
     assert (flushed == 0).all() and (want != 0).all()
+
+
+def test_emu_gap_mfma_32x32_accumulators_gfx942():
+    """v_mfma_f32_32x32x16_fp8_fp8 keeps D row 8 (r / 4) + 4 (lane / 32) + r % 4 in register r
+    (the Matrix Instruction Calculator); the emulator placed row 16 (lane / 32) + r there."""
+    from codegen.emu import gaps
+    from codegen.ops.gemm import gemm_with_config
+
+    on("gfx942")
+    c = gemm_family.config("lds", 64, 64, stages=2, atom="32x32x16")
+    a, sa, b, sb = gemm_inputs("gfx942", 67, 136, 256)
+    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
+    with gaps.disabled("mfma_32x32_out"):
+        out = gemm_with_config(a, sa, b, sb, c)
+    assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5

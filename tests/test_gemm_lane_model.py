@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from codegen.families import gemm as fam
-from codegen.matrix import ATOMS, TARGET_ATOM, evaluate
+from codegen.matrix import ATOMS, TARGET_ATOM, evaluate, uses
 from codegen.render import render
 from codegen.spec import make_variant, validate
 from codegen.targets import get_target
@@ -30,6 +30,18 @@ def doc_mfma_16x16x32_fp8():
     a = {(i, k): (16 * (k // 8) + i, k % 8) for i in range(16) for k in range(32)}
     b = {(k, j): (16 * (k // 8) + j, k % 8) for j in range(16) for k in range(32)}
     d = {(i, j): (16 * (i // 4) + j, i % 4) for i in range(16) for j in range(16)}
+    return a, b, d
+
+
+def doc_mfma_32x32x16_fp8():
+    """CDNA3 matrix calculator, v_mfma_f32_32x32x16_fp8_fp8: A[i][k] in lane 32*(k//8)+i, byte
+    k%8 of the 64-bit operand; B[k][j] likewise with j; D[i][j] in lane 32*((i//4)%2)+j,
+    register 4*(i//8)+i%4 (rows 0-3 in v0-v3 of lanes 0-31, rows 4-7 in v0-v3 of lanes 32-63,
+    rows 8-11 in v4-v7 of lanes 0-31, ...)."""
+    a = {(i, k): (32 * (k // 8) + i, k % 8) for i in range(32) for k in range(16)}
+    b = {(k, j): (32 * (k // 8) + j, k % 8) for j in range(32) for k in range(16)}
+    d = {(i, j): (32 * ((i // 4) % 2) + j, 4 * (i // 8) + i % 4)
+         for i in range(32) for j in range(32)}
     return a, b, d
 
 
@@ -65,6 +77,7 @@ def doc_mma_m16n8k32_e4m3():
 
 
 DOCS = {"mfma_f32_16x16x32_fp8": doc_mfma_16x16x32_fp8,
+        "mfma_f32_32x32x16_fp8": doc_mfma_32x32x16_fp8,
         "wmma_f32_16x16x16_fp8": doc_wmma_16x16x16_fp8,
         "mma_m16n8k32_e4m3": doc_mma_m16n8k32_e4m3}
 
@@ -165,13 +178,12 @@ def run_kernel_model(atom, bm, bn, split_k, A, As, B, Bs):
     return out
 
 
-def run_lds_kernel_model(atom, bm, bn, A, As, B, Bs):
+def run_lds_kernel_model(arch, atom_value, atom, bm, bn, A, As, B, Bs):
     """templates/gemm_a8w8_blockscale_lds.cu.j2, step by step: each K block of the block's A and
     B rows is staged (rows clamped, bytes past k zero), then every wave feeds its instructions
     from the stage."""
-    arch = next(a for a, name in TARGET_ATOM.items() if name == atom.name)
     v = make_variant(fam.FAMILY, arch, fp8=get_target(arch).fp8_formats[0].token,
-                     **fam.config("lds", bm, bn, stages=2))
+                     **fam.config("lds", bm, bn, stages=2, atom=atom_value))
     assert validate(v) is None, validate(v)
     wm, wn = fam.lds_waves(v)
     tm, tn = bm // wm, bn // wn
@@ -240,7 +252,13 @@ CONFIGS = {  # (block_m, block_n, split_k): both orientations, several fragments
 }
 
 
-@pytest.mark.parametrize("name", sorted(ATOMS))
+MMA_ATOMS = sorted({atom.name for _, kernel, _, atom in uses() if kernel == "mma"})
+# one target per distinct lds-kernel instruction form
+LDS_FORMS = sorted({(atom.name, value): (arch, value) for arch, kernel, value, atom in uses()
+                    if kernel == "lds"}.values())
+
+
+@pytest.mark.parametrize("name", MMA_ATOMS)
 def test_lane_model_reproduces_block_scaled_gemm(name):
     atom = ATOMS[name]
     rng = np.random.default_rng(0)
@@ -256,11 +274,14 @@ def test_lane_model_reproduces_block_scaled_gemm(name):
         np.testing.assert_array_equal(got, want, err_msg=f"{name} {bm}x{bn} sk{sk}")
 
 
-@pytest.mark.parametrize("name", sorted(ATOMS))
-def test_lane_model_of_the_lds_kernel(name):
+@pytest.mark.parametrize("arch,atom_value", LDS_FORMS)
+def test_lane_model_of_the_lds_kernel(arch, atom_value):
     """The LDS-staged kernel: several waves per block, tails in M, N and K, two N blocks of
     weight scales."""
-    atom = ATOMS[name]
+    from codegen.matrix import atom_for
+
+    atom = atom_for(arch, "lds", atom_value)
+    name = f"{arch} {atom.name}"
     rng = np.random.default_rng(1)
     m, n, k = 37, 150, 272
     A = rng.integers(-8, 9, (m, k)).astype(float)
@@ -268,7 +289,7 @@ def test_lane_model_of_the_lds_kernel(name):
     As = 2.0 ** rng.integers(-3, 4, (m, -(-k // 128)))
     Bs = 2.0 ** rng.integers(-3, 4, (-(-n // 128), -(-k // 128)))
     want = reference(A, As, B, Bs)
-    got = run_lds_kernel_model(atom, 64, 64, A, As, B, Bs)
+    got = run_lds_kernel_model(arch, atom_value, atom, 64, 64, A, As, B, Bs)
     assert not np.isnan(got).any(), f"{name}: elements never stored"
     np.testing.assert_array_equal(got, want, err_msg=name)
 
@@ -283,11 +304,17 @@ def test_documented_layouts_are_bijections(name):
     assert atom.k == 8 * atom.kgroups
 
 
-@pytest.mark.parametrize("arch", sorted(TARGET_ATOM))
-def test_kernel_source_uses_the_modelled_expressions(arch):
+@pytest.mark.parametrize("arch,kernel,atom_value", sorted(
+    {(arch, kernel, value) for arch, kernel, value, _ in uses()}))
+def test_kernel_source_uses_the_modelled_expressions(arch, kernel, atom_value):
     """The rendered kernel carries the very expressions the model evaluated."""
-    atom = ATOMS[TARGET_ATOM[arch]]
-    v = next(x for x in fam.variants(get_target(arch)) if x["kernel"] == "mma")
+    from codegen.matrix import atom_for
+
+    atom = atom_for(arch, kernel, atom_value)
+    v = make_variant(fam.FAMILY, arch, fp8=get_target(arch).fp8_formats[0].token,
+                     **fam.config(kernel, 64 if kernel == "lds" else 16, 64 if kernel == "lds"
+                                  else 16, stages=2 if kernel == "lds" else 1, atom=atom_value))
+    assert validate(v) is None, validate(v)
     src = render(v)
     for expr in (*atom.a_rows, atom.a_kgroup, atom.b_col, atom.b_kgroup,
                  *(e for rc in atom.c for e in rc)):

@@ -141,8 +141,14 @@ def test_gemm_isa(generated, arch):
     out, manifest = generated(arch)
     gemm = rows(manifest, "gemm_a8w8_blockscale")
     assert gemm, "no GEMM variant built"
-    target, mnemonic = get_target(arch), atom_for(arch).mnemonic
+    target = get_target(arch)
+    assert {atom_for(arch, "lds", a).mnemonic for a in gemm_family.LARGE_ATOMS
+            if atom_for(arch, "lds", a)} <= {
+        atom_for(arch, r["params"]["kernel"], r["params"]["atom"]).mnemonic for r in gemm}, \
+        "every larger instruction of the target is built"
     for r in gemm:
+        atom = atom_for(arch, r["params"]["kernel"], r["params"]["atom"])
+        mnemonic = atom.mnemonic
         assert r["status"] == "ok", (r["uri"], r["reason"])
         assert r["spill_count"] == 0 and r["scratch_bytes"] == 0, (r["uri"], r["spill_count"])
         assert r["wavefront_size"] == target.wave_size
@@ -152,7 +158,7 @@ def test_gemm_isa(generated, arch):
         # a K block takes fr * fc instructions per 8 bytes of K and lane (the loop body may be
         # unrolled, never thinned)
         v = make_variant("gemm_a8w8_blockscale", arch, **r["params"])
-        per_block = gemm_family.wave_instructions_per_kblock(v, atom_for(arch))
+        per_block = gemm_family.wave_instructions_per_kblock(v, atom)
         assert counts[mnemonic] >= per_block and counts[mnemonic] % per_block == 0, \
             (r["uri"], counts[mnemonic], per_block)
         assert counts[LOAD128[arch]] > 0, r["uri"]

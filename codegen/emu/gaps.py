@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
-FIXES = ("fp8_convert", "fp8_fnuz", "wmma_fp8", "global_inv", "float_denorm")
+FIXES = ("fp8_convert", "fp8_fnuz", "wmma_fp8", "mfma_32x32_out", "global_inv", "float_denorm")
 _off: set[str] = set()
 _emu = None
 _state = {"format": "ocp", "ftz": True}
@@ -198,6 +198,58 @@ def _wmma(original):
     return compile_wmma
 
 
+# ---- CDNA 32 x 32 MFMA accumulators ----
+# AMD's Matrix Instruction Calculator (CDNA3, v_mfma_f32_32x32x16_fp8_fp8, D matrix): rows 0-3
+# of D are in registers 0-3 of lanes 0-31, rows 4-7 in registers 0-3 of lanes 32-63, rows 8-11
+# in registers 4-7 of lanes 0-31, ...: row 8 (r / 4) + 4 (lane / 32) + r % 4 in register r,
+# column lane % 32. The emulator places row 16 (lane / 32) + r there. We compile the FP8 one
+# ourselves: A[i][k] from lane i + 32 (k / 8), byte k % 8 of the 64-bit operand; B likewise.
+
+def _mfma_32x32x16_fp8(inst, ctx):
+    from test.mockgpu.amd import pcode
+    from tinygrad.dtype import dtypes
+    from tinygrad.uop.ops import UOp
+
+    cvt = pcode._FUNCS["fp8_to_f32"]
+    kind = type(inst)
+    exec_mask = ctx.rexec()
+    vdst = ctx.inst_field(kind.vdst)
+    src0, src1 = (ctx.inst_field(kind.src0) - _u32(256)), (ctx.inst_field(kind.src1) - _u32(256))
+    src2 = ctx.inst_field(kind.src2)
+    acc = bool(_emu._iattr(inst, "acc_cd"))
+    read_c, write_d = (ctx.raccvgpr_dyn, ctx.waccvgpr_dyn) if acc else (ctx.rvgpr_dyn,
+                                                                          ctx.wvgpr_dyn)
+    c_in_regs = src2 >= _u32(256)                       # else an inline constant: 0
+    c_base = src2 - _u32(256)
+
+    def lane(i):
+        return UOp.const(i, dtypes.int)
+
+    def element(src, index, k):
+        word = ctx.rvgpr_dyn(src + _u32((k % 8) // 4), lane(index + 32 * (k // 8)))
+        return cvt((word >> _u32(8 * (k % 4))) & _u32(0xFF))
+
+    a = [[element(src0, i, k) for k in range(16)] for i in range(32)]
+    b = [[element(src1, j, k) for k in range(16)] for j in range(32)]
+    stores = []
+    for i in range(32):
+        for j in range(32):
+            where, reg = lane(j + 32 * ((i // 4) % 2)), 4 * (i // 8) + i % 4
+            c = c_in_regs.where(read_c(c_base + _u32(reg), where), _u32(0)).bitcast(
+                dtypes.float32)
+            d = sum((a[i][k] * b[j][k] for k in range(1, 16)), a[i][0] * b[j][0]) + c
+            stores.append(write_d(vdst + _u32(reg), where, d.bitcast(dtypes.uint32), exec_mask))
+    return UOp.sink(*stores, *ctx.inc_pc())
+
+
+def _mfma(original):
+    def compile_mfma(inst, ctx):
+        if on("mfma_32x32_out") and inst.op.name == "V_MFMA_F32_32X32X16_FP8_FP8":
+            return _mfma_32x32x16_fp8(inst, ctx)
+        return original(inst, ctx)
+    return compile_mfma
+
+
 # ---- RDNA4 GLOBAL_INV / GLOBAL_WB / GLOBAL_WBINV ----
 # RDNA4 ISA: GLOBAL_INV "invalidate the cache(s) ... at the scope given"; GLOBAL_WB writes back
 # dirty lines. They move no data between registers and memory, and the emulator has no caches:
@@ -262,6 +314,7 @@ def install(emu) -> None:
     _emu = emu
     _ORIGINAL_FUNCS.update({k: pcode._FUNCS[k] for k in ("f32_to_fp8", "fp8_to_f32")})
     emu._compile_wmma = _wmma(emu._compile_wmma)
+    emu._compile_mfma = _mfma(emu._compile_mfma)
     mem = emu._compile_mem_op
     for kind, handler in list(emu._INST_HANDLERS.items()):
         if handler is mem:

@@ -18,7 +18,7 @@ import json
 from functools import cache
 from pathlib import Path
 
-from ..matrix import Atom, atom_for
+from ..matrix import LARGE_ATOMS, Atom, atom_for
 from ..spec import Variant, make_variant
 
 FAMILY = "gemm_a8w8_blockscale"
@@ -145,7 +145,9 @@ def validate(v: Variant) -> str | None:
         if wgmma_smem_bytes(v) > t.lds_bytes:
             return f"{wgmma_smem_bytes(v)} bytes of shared memory exceed {t.lds_bytes}"
         return None
-    atom = atom_for(t.arch)
+    atom = atom_for(t.arch, v["kernel"], v["atom"])
+    if atom is None and v["atom"]:
+        return f"atom={v['atom']} is an lds-kernel instruction {t.arch} does not have"
     if atom is None:
         return f"no FP8 matrix instruction known for {t.arch}"
     if v["kernel"] == "lds":
@@ -192,7 +194,7 @@ def context(v: Variant) -> dict:
     ctx = dict(block_m=v["block_m"], block_n=v["block_n"], block=block_threads(v))
     if v["kernel"] == "wgmma":
         return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v))
-    atom = atom_for(v.arch)
+    atom = atom_for(v.arch, v["kernel"], v["atom"])
     if v["kernel"] == "lds":
         wm, wn = lds_waves(v)
         return dict(ctx, atom=atom, wm=wm, wn=wn, pad=LDS_PAD)
@@ -203,9 +205,10 @@ def context(v: Variant) -> dict:
 
 # ---- configs and dispatch -----------------------------------------------------------------
 
-def config(kernel: str, block_m: int, block_n: int, split_k: int = 1, stages: int = 1) -> dict:
+def config(kernel: str, block_m: int, block_n: int, split_k: int = 1, stages: int = 1,
+           atom: str = "") -> dict:
     return dict(kernel=kernel, block_m=block_m, block_n=block_n, block_k=SCALE_BLOCK,
-                split_k=split_k, stages=stages)
+                split_k=split_k, stages=stages, atom=atom)
 
 
 def heuristic(arch: str, m: int) -> dict:
@@ -226,8 +229,11 @@ def heuristic(arch: str, m: int) -> dict:
 
 
 def default_configs(arch: str) -> list[dict]:
-    """What a build compiles besides the table: the heuristic's picks."""
+    """What a build compiles besides the table: the heuristic's picks, and the large-M tile on
+    each larger instruction the target has (for python -m codegen.tune on its GPU)."""
     picks = [heuristic(arch, m) for m in M_BUCKETS]
+    picks += [config("lds", 128, 64, stages=2, atom=value)
+              for value, (_, archs) in LARGE_ATOMS.items() if arch in archs]
     return [c for i, c in enumerate(picks) if c not in picks[:i]]
 
 

@@ -114,6 +114,20 @@ CG_DEVICE void mfma_f32_16x16x32_fp8(float (&c)[4], const uint2 (&a)[1], uint2 b
 }
 
 template <int = 0>
+CG_DEVICE void mfma_f32_32x32x16_fp8(float (&c)[16], const uint2 (&a)[1], uint2 b) {
+#if defined(__gfx942__) || defined(__gfx950__)
+  typedef float f16x __attribute__((ext_vector_type(16)));
+  f16x acc;
+  for (int i = 0; i < 16; ++i) acc[i] = c[i];
+  acc = __builtin_amdgcn_mfma_f32_32x32x16_fp8_fp8(__builtin_bit_cast(long, a[0]),
+                                                   __builtin_bit_cast(long, b), acc, 0, 0, 0);
+  for (int i = 0; i < 16; ++i) c[i] = acc[i];
+#elif defined(__HIP_DEVICE_COMPILE__)
+  static_assert(sizeof(c) == 0, "v_mfma_f32_32x32x16_fp8_fp8 needs gfx942 or gfx950");
+#endif
+}
+
+template <int = 0>
 CG_DEVICE void wmma_f32_16x16x16_fp8(float (&c)[8], const uint2 (&a)[1], uint2 b) {
 #if defined(__gfx1200__) || defined(__gfx1201__)
   typedef float f8 __attribute__((ext_vector_type(8)));
