@@ -6,11 +6,12 @@ expression of `lane` that is valid C and valid Python, so the same text is rende
 kernel and evaluated by the lane-level model in tests/test_gemm_lane_model.py, which checks it
 against the instruction's operand layout as AMD's and NVIDIA's documents state it.
 
-For every instruction listed, a lane holds 8 fp8 bytes of each A row it feeds and 8 of its B
-column, and those bytes sit in the same K positions for A and B ("kgroup" picks which 8-byte
-slice of the instruction's K). The kernel loads 16 bytes per row and kgroup and gives the low 8 to
-one instruction and the high 8 to the next: a K order that differs from memory order, but the
-same for A and B, so the dot products are unchanged.
+For every instruction listed, a lane holds 8 (or, for CDNA4's f8f6f4 MFMA, 32) fp8 bytes of
+each A row it feeds and as many of its B column, and those bytes sit in the same K positions for
+A and B ("kgroup" picks which slice of the instruction's K). The kernel loads 16 bytes per row
+and kgroup and gives the low 8 to one instruction and the high 8 to the next (or two 16-byte
+loads to one 32-byte instruction): a K order that differs from memory order, but the same for A
+and B, so the dot products are unchanged.
 """
 from __future__ import annotations
 
@@ -25,17 +26,29 @@ class Atom:
     cols: int                 # N of one instruction
     k: int                    # K of one instruction
     wave: int                 # lanes that issue it together
-    kgroups: int              # 8-byte K slices per row: k == 8 * kgroups
+    kgroups: int              # K slices per row, one per lane group: k == lane_bytes * kgroups
     a_rows: tuple[str, ...]   # the A rows (0..rows) a lane feeds, one 8-byte operand each
     a_kgroup: str             # which 8-byte K slice of those rows
     b_col: str                # the B column (0..cols) a lane feeds
     b_kgroup: str
     c: tuple[tuple[str, str], ...]   # (row, col) of each accumulator register of a lane
+    lane_bytes: int = 8       # bytes of a row one lane feeds one instruction
+
+    @property
+    def chunk(self) -> int:
+        """Bytes of a row a lane reads per step: 16 (one load, two 8-byte instructions) or
+        the instruction's own operand (two loads, one 32-byte instruction)."""
+        return max(16, self.lane_bytes)
 
     @property
     def pair_k(self) -> int:
-        """K covered by one 16-byte load per row and lane: two instructions."""
-        return 16 * self.kgroups
+        """K covered by one step of every lane's chunk."""
+        return self.chunk * self.kgroups
+
+    @property
+    def per_chunk(self) -> int:
+        """Instructions fed by one chunk."""
+        return self.chunk // self.lane_bytes
 
 
 ATOMS = {a.name: a for a in (
@@ -51,6 +64,12 @@ ATOMS = {a.name: a for a in (
          b_col="(lane & 31)", b_kgroup="(lane >> 5)",
          c=tuple((f"((lane >> 5) * 4 + {8 * (i // 4) + i % 4})", "(lane & 31)")
                  for i in range(16))),
+    # gfx950 (wave64): D[16x16] += A[16x128] B[128x16], FP8 x FP8 (cbsz = blgp = 0), no
+    # scaling; 32 bytes of a row per lane. Twice gfx942's FP8 rate: 8 passes for 4x the K.
+    Atom("mfma_f32_16x16x128_f8f6f4", "v_mfma_f32_16x16x128_f8f6f4", 16, 16, 128, 64, 4,
+         a_rows=("(lane & 15)",), a_kgroup="(lane >> 4)",
+         b_col="(lane & 15)", b_kgroup="(lane >> 4)",
+         c=tuple((f"((lane >> 4) * 4 + {i})", "(lane & 15)") for i in range(4)), lane_bytes=32),
     # gfx1200 / gfx1201 (wave32): D[16x16] += A[16x16] B[16x16]
     Atom("wmma_f32_16x16x16_fp8", "v_wmma_f32_16x16x16_fp8_fp8", 16, 16, 16, 32, 2,
          a_rows=("(lane & 15)",), a_kgroup="(lane >> 4)",
@@ -72,7 +91,8 @@ TARGET_ATOM = {"gfx942": "mfma_f32_16x16x32_fp8", "gfx950": "mfma_f32_16x16x32_f
                "gfx1200": "wmma_f32_16x16x16_fp8", "gfx1201": "wmma_f32_16x16x16_fp8",
                "sm_90a": "mma_m16n8k32_e4m3"}
 # The larger instructions the lds kernel may take instead (the GEMM's `atom` axis), by arch.
-LARGE_ATOMS = {"32x32x16": ("mfma_f32_32x32x16_fp8", ("gfx942", "gfx950"))}
+LARGE_ATOMS = {"32x32x16": ("mfma_f32_32x32x16_fp8", ("gfx942", "gfx950")),
+               "16x16x128": ("mfma_f32_16x16x128_f8f6f4", ("gfx950",))}
 
 
 def atom_for(arch: str, kernel: str = "mma", atom: str = "") -> Atom | None:

@@ -45,6 +45,22 @@ def doc_mfma_32x32x16_fp8():
     return a, b, d
 
 
+def doc_mfma_16x16x128_f8f6f4():
+    """CDNA4, v_mfma_f32_16x16x128_f8f6f4 with FP8 A and B (cbsz = blgp = 0): lane l holds row
+    l%16 of A; with g = l//16, byte j of its 32-byte operand is K = 16g + j%16 + 64(j//16)
+    (the split layout Composable Kernel's hardware probe test/mx_mfma_op/scale_mapping_16x16x128
+    prints); B likewise with its column; D as the 16x16 CDNA MFMAs: D[i][j] in lane 16*(i//4)+j,
+    register i%4. The kernel feeds each lane 32 contiguous bytes of K instead: a permutation of
+    K shared by A and B, which this model checks leaves the product unchanged."""
+    def slot(k):
+        g, rest = (k % 64) // 16, k % 16 + 16 * (k // 64)
+        return g, rest
+    a = {(i, k): (16 * slot(k)[0] + i, slot(k)[1]) for i in range(16) for k in range(128)}
+    b = {(k, j): (16 * slot(k)[0] + j, slot(k)[1]) for j in range(16) for k in range(128)}
+    d = {(i, j): (16 * (i // 4) + j, i % 4) for i in range(16) for j in range(16)}
+    return a, b, d
+
+
 def doc_wmma_16x16x16_fp8():
     """RDNA4 ISA / matrix calculator, v_wmma_f32_16x16x16_fp8_fp8 (wave32): A[i][k] in lane
     16*(k//8)+i, byte k%8 of the two dwords; B[k][j] likewise; D[i][j] in lane 16*(i//8)+j,
@@ -78,13 +94,14 @@ def doc_mma_m16n8k32_e4m3():
 
 DOCS = {"mfma_f32_16x16x32_fp8": doc_mfma_16x16x32_fp8,
         "mfma_f32_32x32x16_fp8": doc_mfma_32x32x16_fp8,
+        "mfma_f32_16x16x128_f8f6f4": doc_mfma_16x16x128_f8f6f4,
         "wmma_f32_16x16x16_fp8": doc_wmma_16x16x16_fp8,
         "mma_m16n8k32_e4m3": doc_mma_m16n8k32_e4m3}
 
 
 def instruction(atom, a_ops, b_ops):
     """D = A @ B per the document, from the lanes' operands: a_ops[lane][j] and b_ops[lane]
-    are 8-value vectors (j: the operand rows a lane feeds)."""
+    are lane_bytes-value vectors (j: the operand rows a lane feeds)."""
     doc_a, doc_b, doc_d = DOCS[atom.name]()
     A = np.zeros((atom.rows, atom.k))
     B = np.zeros((atom.k, atom.cols))
@@ -104,11 +121,13 @@ def instruction(atom, a_ops, b_ops):
 
 
 def issue_pair(atom, acc, lanes):
-    """The two instructions fed by one 16-byte load per operand row, low 8 bytes first, added
-    into acc in that order; lanes[lane] = (that lane's A rows, its B column), 16 values each."""
-    for half in (slice(0, 8), slice(8, 16)):
-        acc += instruction(atom, [[r[half] for r in rows] for rows, _ in lanes],
-                           [col[half] for _, col in lanes])
+    """The instructions fed by one chunk per operand row (two of 8 bytes from a 16-byte load,
+    low half first, or one of 32 bytes), added into acc in that order; lanes[lane] = (that
+    lane's A rows, its B column), atom.chunk values each."""
+    for i in range(atom.per_chunk):
+        part = slice(i * atom.lane_bytes, (i + 1) * atom.lane_bytes)
+        acc += instruction(atom, [[r[part] for r in rows] for rows, _ in lanes],
+                           [col[part] for _, col in lanes])
 
 def run_kernel_model(atom, bm, bn, split_k, A, As, B, Bs):
     arch = next(a for a, name in TARGET_ATOM.items() if name == atom.name)
@@ -213,12 +232,13 @@ def run_lds_kernel_model(arch, atom_value, atom, bm, bn, A, As, B, Bs):
                         for g in range(fc):
                             lanes = []
                             for lane in range(atom.wave):
-                                kr = p * atom.pair_k + ev(atom.a_kgroup, lane) * 16
-                                kc = p * atom.pair_k + ev(atom.b_kgroup, lane) * 16
-                                rows = [stage[wm0 + f * atom.rows + ev(e, lane), kr:kr + 16]
+                                w = atom.chunk
+                                kr = p * atom.pair_k + ev(atom.a_kgroup, lane) * w
+                                kc = p * atom.pair_k + ev(atom.b_kgroup, lane) * w
+                                rows = [stage[wm0 + f * atom.rows + ev(e, lane), kr:kr + w]
                                         for e in atom.a_rows]
                                 col = stage[bm + wn0 + g * atom.cols + ev(atom.b_col, lane),
-                                            kc:kc + 16]
+                                            kc:kc + w]
                                 lanes.append((rows, col))
                             issue_pair(atom, part[:, f, g], lanes)
                 sb = Bs[n0 // 128, kb]
@@ -301,7 +321,7 @@ def test_documented_layouts_are_bijections(name):
     for layout in DOCS[name]():
         slots = list(layout.values())
         assert len(set(slots)) == len(slots)
-    assert atom.k == 8 * atom.kgroups
+    assert atom.k == atom.lane_bytes * atom.kgroups
 
 
 @pytest.mark.parametrize("arch,kernel,atom_value", sorted(

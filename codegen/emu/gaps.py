@@ -244,7 +244,8 @@ def _mfma_32x32x16_fp8(inst, ctx):
 
 def _mfma(original):
     def compile_mfma(inst, ctx):
-        if on("mfma_32x32_out") and inst.op.name == "V_MFMA_F32_32X32X16_FP8_FP8":
+        name = inst.op.name
+        if on("mfma_32x32_out") and name == "V_MFMA_F32_32X32X16_FP8_FP8":
             return _mfma_32x32x16_fp8(inst, ctx)
         return original(inst, ctx)
     return compile_mfma

@@ -105,7 +105,7 @@ def lds_registers(v: Variant, atom: Atom) -> int:
     staging loads in flight (4 each, 2 more for their addresses), the scales, 32 more."""
     fr, fc = LDS_WAVE_TILE // atom.rows, LDS_WAVE_TILE // atom.cols
     pieces = lds_pieces(v)
-    frags = 4 * (fr * len(atom.a_rows) + fc) * (SCALE_BLOCK // atom.pair_k)
+    frags = atom.chunk // 4 * (fr * len(atom.a_rows) + fc) * (SCALE_BLOCK // atom.pair_k)
     return 2 * fr * fc * len(atom.c) + frags + 6 * pieces + fr * len(atom.c) + 1 + 32
 
 
