@@ -190,11 +190,13 @@ def test_modules_under_torch_compile_and_cuda_graphs():
 
 @gpu
 def test_convert_replaces_linears_and_keeps_skipped_ones():
+    torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 2)).cuda().bfloat16()
-    x = torch.randn(4, 256, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(64, 256, device="cuda", dtype=torch.bfloat16)
     ref = model(x)
     cnn.convert(model, skip=lambda name, lin: lin.out_features < 128)
     assert isinstance(model[0], cnn.BlockFP8Linear) and type(model[2]) is nn.Linear
+    # e4m3 keeps 3 mantissa bits on activations and weights: a few % per value
     assert rel_err(model(x), ref) < 0.05
 
 
