@@ -129,9 +129,12 @@ def summary(run: dict) -> str:
                      f"{_span(r['weight_copy_frac'] for r in ones)} of copy")
     o = run.get("overhead", {}).get("overhead_us")
     if isinstance(o, dict):
-        ops = {k: v for k, v in o.items() if not k.startswith("torch.")}
-        lines.append(f"- host time per eager call over a bare `torch.mul(out=)` launch: "
-                     f"{_span(ops.values(), '{:.1f}')} us")
+        single = {k: v for k, v in o.items()
+                  if not k.startswith(("torch.", "nn.", "vllm.")) and "+" not in k}
+        lines.append(f"- host time per eager call of an op over a bare `torch.mul(out=)` "
+                     f"launch: {_span(single.values(), '{:.1f}')} us; BlockFP8Linear.forward "
+                     f"{o.get('nn.BlockFP8Linear.forward', float('nan')):.1f} us against "
+                     f"{o.get('quant + gemm by hand', float('nan')):.1f} us for its two ops")
     return "\n".join(lines) + "\n"
 
 
