@@ -174,6 +174,9 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
     if unknown:
         raise CliError(f"{op}: no axis {', '.join(sorted(unknown))}; its axes are "
                        f"{', '.join(sorted(axes))}")
+    if op == "rmsnorm" and hidden is not None and "load" not in params:
+        size = {"bf16": 2, "fp16": 2, "fp32": 4}.get(params.get("dtype", "bf16"), 2)
+        params = {**params, "load": "vec16" if hidden * size % 16 == 0 else "scalar"}
     assumed = {a.name: a.values[0] for a in load_family(op).axes
                if a.name not in params and a.name != "fp8" and isinstance(a.values, tuple)}
     params = {**params, **assumed}
