@@ -8,7 +8,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
-FIXES = ("fp8_convert", "fp8_fnuz", "wmma_fp8", "mfma_32x32_out", "global_inv", "float_denorm")
+FIXES = ("fp8_convert", "fp8_fnuz", "wmma_fp8", "mfma_32x32_out", "mfma_x2_decode", "global_inv",
+         "float_denorm")
 _off: set[str] = set()
 _emu = None
 _state = {"format": "ocp", "ftz": True}
@@ -251,6 +252,27 @@ def _mfma(original):
     return compile_mfma
 
 
+# ---- CDNA4 scaled MFMA decoding ----
+# A scaled MFMA (VOP3PX2) is two 64-bit words: V_MFMA_LD_SCALE_B32 (VOP3P opcode 44, the scale
+# operands) followed by the MFMA. The emulator recognises the pair by the second word alone, so
+# an unscaled V_MFMA_F32_16X16X128_F8F6F4 (opcode 45) directly followed by another one decodes as
+# one scaled instruction, and the second MFMA never runs. We take the pair only when the first
+# word is V_MFMA_LD_SCALE_B32.
+_LD_SCALE_WORD = (0b110100111 << 7) | 44      # bits 31:16 of V_MFMA_LD_SCALE_B32
+
+
+def _decode(original):
+    def decode_inst(data, arch="rdna3"):
+        inst = original(data, arch)
+        if (on("mfma_x2_decode") and type(inst).__name__ == "VOP3PX2"
+                and int.from_bytes(data[:4], "little") >> 16 != _LD_SCALE_WORD):
+            from tinygrad.runtime.autogen.amd.cdna import ins
+
+            return ins.VOP3P_MFMA.from_bytes(data)
+        return inst
+    return decode_inst
+
+
 # ---- RDNA4 GLOBAL_INV / GLOBAL_WB / GLOBAL_WBINV ----
 # RDNA4 ISA: GLOBAL_INV "invalidate the cache(s) ... at the scope given"; GLOBAL_WB writes back
 # dirty lines. They move no data between registers and memory, and the emulator has no caches:
@@ -316,6 +338,7 @@ def install(emu) -> None:
     _ORIGINAL_FUNCS.update({k: pcode._FUNCS[k] for k in ("f32_to_fp8", "fp8_to_f32")})
     emu._compile_wmma = _wmma(emu._compile_wmma)
     emu._compile_mfma = _mfma(emu._compile_mfma)
+    emu.decode_inst = _decode(emu.decode_inst)
     mem = emu._compile_mem_op
     for kind, handler in list(emu._INST_HANDLERS.items()):
         if handler is mem:
