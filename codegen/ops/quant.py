@@ -7,7 +7,7 @@ from ..dispatch import Unsupported
 from ..families import quant as fam
 from ..targets import get_target
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor, is_compiling as
-                      _is_compiling, launcher, raw_stream, stream)
+                      _is_compiling, launcher, stream)
 
 SCALE_LAYOUTS = ("row", "col", "col_tma")
 GROUP_SIZES = (32, 64, 128)
@@ -44,10 +44,12 @@ def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype, kernel=None):
     if t == 0 or h == 0:
         return q, s
     fn, uri = kernel or _kernel(x, group_size, scale_layout, ue8m0, fp8_max)
-    rc = fn(x.data_ptr(), q.data_ptr(), s.data_ptr(), t * (h // group_size), h // group_size,
+    groups = h // group_size
+    rc = fn(x.data_ptr(), q.data_ptr(), s.data_ptr(), t * groups, groups,
             x.stride(0) * x.element_size(), scale_col_stride(t, scale_layout),
             fam.GRID_WAVES, stream(x))
-    check_rc(rc, uri)
+    if rc:
+        check_rc(rc, uri)
     return q, s
 
 
@@ -123,25 +125,13 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
         check_tensor("x", x, ndim=2)
         check_group(x.shape[1], group_size, scale_layout)
         dtype, fmax = resolve_fp8(x, fp8_dtype, fp8_max)
-        plan = [dtype, fmax, None, x.shape[1] // group_size, x.element_size()]
+        plan = [dtype, fmax, None]
         if key is not None:
             _plans[key] = plan
-    dtype, fmax, kern, groups, esize = plan
+    dtype, fmax, kern = plan
     if _is_compiling():
         return torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout,
                                                            bool(ue8m0), fmax, dtype)
     if kern is None:   # first eager call of this plan: the kernel, built or loaded (JIT)
         kern = plan[2] = _kernel(x, group_size, scale_layout, bool(ue8m0), fmax)
-    t, h = x.shape
-    q = x.new_empty((t, h), dtype=dtype)
-    s = empty_scales(t, groups, scale_layout, x)
-    if t == 0 or h == 0:
-        return q, s
-    fn, uri = kern
-    dev = x.get_device()
-    rc = fn(x.data_ptr(), q.data_ptr(), s.data_ptr(), t * groups, groups, x.stride(0) * esize,
-            t if scale_layout == "col" else (t + 3) // 4 * 4, fam.GRID_WAVES,
-            raw_stream(dev) if dev >= 0 else 0)
-    if rc:
-        check_rc(rc, uri)
-    return q, s
+    return _impl(x, group_size, scale_layout, ue8m0, fmax, dtype, kern)   # eager: no dispatch
