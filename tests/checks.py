@@ -68,14 +68,9 @@ def assert_quant_exact(q, s, rq, rs) -> None:
 
 def quant_blocks(x: torch.Tensor, rows: int, dtype, fmax: float, cols: int = 128):
     """x [R, C] -> (fp8, fp32 scales [ceil(R/rows), ceil(C/cols)]), one scale per block."""
-    r, c = x.shape
-    pr, pc = -(-r // rows) * rows, -(-c // cols) * cols
-    xp = torch.zeros(pr, pc, device=x.device)
-    xp[:r, :c] = x.float()
-    blocks = xp.view(pr // rows, rows, pc // cols, cols)
-    s = blocks.abs().amax(dim=(1, 3)).clamp_min(1e-10) / fmax
-    q = (blocks / s[:, None, :, None]).clamp(-fmax, fmax).to(dtype).view(pr, pc)[:r, :c]
-    return q.contiguous(), s
+    from codegen.nn import quantize_weight
+
+    return quantize_weight(x, dtype, fmax, (rows, cols))
 
 
 def rel_err(out, ref) -> float:

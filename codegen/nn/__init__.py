@@ -49,15 +49,16 @@ def device_fp8(device: torch.device) -> tuple[torch.dtype, float]:
     return getattr(torch, fmt.torch_dtype), fmt.max
 
 
-def quantize_weight(w: torch.Tensor, fp8_dtype: torch.dtype, fp8_max: float
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_weight(w: torch.Tensor, fp8_dtype: torch.dtype, fp8_max: float,
+                    block: tuple[int, int] = (BLOCK, BLOCK)) -> tuple[torch.Tensor, torch.Tensor]:
     """w [N, K] -> (fp8 [N, K], fp32 scale_inv [ceil(N/128), ceil(K/128)]): one scale per
-    128 x 128 block, amax / fp8_max, on w's device; w ~= q * scale_inv blockwise."""
-    n, k = w.shape
-    pn, pk = -(-n // BLOCK) * BLOCK, -(-k // BLOCK) * BLOCK
+    128 x 128 block (or per `block`), amax / fp8_max, on w's device; w ~= q * scale_inv
+    blockwise."""
+    (n, k), (rows, cols) = w.shape, block
+    pn, pk = -(-n // rows) * rows, -(-k // cols) * cols
     wp = torch.zeros(pn, pk, device=w.device, dtype=torch.float32)
     wp[:n, :k] = w.float()
-    blocks = wp.view(pn // BLOCK, BLOCK, pk // BLOCK, BLOCK)
+    blocks = wp.view(pn // rows, rows, pk // cols, cols)
     s = blocks.abs().amax(dim=(1, 3)).clamp_min(1e-10) / fp8_max
     q = (blocks / s[:, None, :, None]).clamp(-fp8_max, fp8_max).to(fp8_dtype)
     return q.view(pn, pk)[:n, :k].contiguous(), s
