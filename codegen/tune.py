@@ -21,7 +21,7 @@ from .families import gemm as fam
 from .spec import make_variant, validate
 from .targets import get_target, native_arch
 
-MS = [1, 8, 16, 64, 128, 1024, 4096, 8192]
+MS = [1, 8, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 
 
 def candidates(arch: str) -> list[dict]:
@@ -30,8 +30,8 @@ def candidates(arch: str) -> list[dict]:
              for sk in (1, 4, 8, 16)]
     cands += [c("lds", bm, bn, stages=2, atom=a) for bm in (32, 64, 128) for bn in (32, 64, 128)
               for a in ("", *fam.LARGE_ATOMS)]
-    cands += [c("wgmma", bm, bn, stages=s) for bm in (64, 128) for bn in (64, 128)
-              for s in (4, 5, 6)]
+    cands += [c(kernel, bm, bn, stages=s) for kernel in ("wgmma", "tma") for bm in (64, 128)
+              for bn in (64, 128) for s in (4, 5, 6)]
     fp8 = get_target(arch).fp8_formats[0]
     out = []
     for cfg in cands:

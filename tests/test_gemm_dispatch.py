@@ -48,6 +48,9 @@ def test_table_entries_are_used_and_valid():
     ("gfx942", dict(kernel="wgmma", block_m=128, block_n=128, stages=4), "sm_90a"),
     ("sm_90a", dict(kernel="wgmma", block_m=128, block_n=32, stages=4), "64 or 128"),
     ("sm_90a", dict(kernel="wgmma", block_m=64, block_n=64, stages=1), "stages"),
+    ("gfx950", dict(kernel="tma", block_m=128, block_n=128, stages=4), "sm_90a"),
+    ("sm_90a", dict(kernel="tma", block_m=128, block_n=32, stages=4), "64 or 128"),
+    ("sm_90a", dict(kernel="tma", block_m=128, block_n=128, stages=1), "2 or more stages"),
     ("gfx942", dict(kernel="mma", block_m=8, block_n=16), "16x16"),
     ("gfx1201", dict(kernel="mma", block_m=64, block_n=64), "registers"),
     ("gfx942", dict(kernel="mma", block_m=16, block_n=16, stages=4), "stages=1"),
@@ -74,7 +77,7 @@ def test_no_fp8_no_gemm(arch):
 def test_tuner_candidates_validate():
     from codegen.tune import candidates
 
-    for arch, kernels in [("sm_90a", {"mma", "lds", "wgmma"}), ("gfx942", {"mma", "lds"}),
+    for arch, kernels in [("sm_90a", {"mma", "lds", "wgmma", "tma"}), ("gfx942", {"mma", "lds"}),
                           ("gfx1201", {"mma", "lds"})]:
         cands = candidates(arch)
         assert {c["kernel"] for c in cands} == kernels, arch

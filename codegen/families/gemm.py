@@ -10,6 +10,9 @@ Three kernels share one launcher signature:
   its A and B rows in LDS (two buffers) and every wave reads its fragments from there.
 - "wgmma" (gemm_a8w8_blockscale_wgmma.cu.j2), sm_90a: block_m / 64 warpgroups, a stages-deep
   cp.async pipeline into 128-byte-swizzled shared memory, wgmma m64 n{block_n} k32.
+- "tma" (gemm_a8w8_blockscale_tma.cu.j2), sm_90a: persistent and warp-specialized; a producer
+  warp fills a stages-deep ring with tensor-memory-accelerator copies behind mbarriers, and
+  block_m / 64 consumer warpgroups run the same wgmma.
 """
 from __future__ import annotations
 
@@ -110,12 +113,18 @@ def lds_registers(v: Variant, atom: Atom) -> int:
 
 
 def wgmma_smem_bytes(v: Variant) -> int:
-    return v["stages"] * (v["block_m"] + v["block_n"]) * SCALE_BLOCK + 1024  # + alignment
+    """wgmma and tma kernels: the stages and 1024 bytes of alignment; tma's output tile (bf16)
+    and two mbarriers per stage."""
+    bm, bn = v["block_m"], v["block_n"]
+    extra = bm * bn * 2 + 16 * v["stages"] if v["kernel"] == "tma" else 0
+    return v["stages"] * (bm + bn) * SCALE_BLOCK + 1024 + extra
 
 
 def block_threads(v: Variant) -> int:
     if v["kernel"] == "wgmma":
         return 128 * (v["block_m"] // 64)
+    if v["kernel"] == "tma":   # a producer warpgroup and block_m / 64 consumers
+        return 128 * (1 + v["block_m"] // 64)
     if v["kernel"] == "lds":
         wm, wn = lds_waves(v)
         return wm * wn * v.target.wave_size
@@ -135,13 +144,15 @@ def register_budget(v: Variant) -> int:
 
 def validate(v: Variant) -> str | None:
     t, bm, bn = v.target, v["block_m"], v["block_n"]
-    if v["kernel"] == "wgmma":
+    if v["kernel"] in ("wgmma", "tma"):
+        kernel = v["kernel"]
         if t.arch != "sm_90a":
-            return "kernel=wgmma needs sm_90a (warpgroup MMA)"
+            return f"kernel={kernel} needs sm_90a (warpgroup MMA)"
         if bm not in (64, 128) or bn not in (64, 128):
-            return f"wgmma tiles are 64 or 128 in M and N, not {bm}x{bn}"
-        if v["split_k"] != 1 or v["stages"] < 3:
-            return "wgmma takes split_k=1 and 3 or more stages"
+            return f"{kernel} tiles are 64 or 128 in M and N, not {bm}x{bn}"
+        least = 3 if kernel == "wgmma" else 2
+        if v["split_k"] != 1 or v["stages"] < least:
+            return f"{kernel} takes split_k=1 and {least} or more stages"
         if wgmma_smem_bytes(v) > t.lds_bytes:
             return f"{wgmma_smem_bytes(v)} bytes of shared memory exceed {t.lds_bytes}"
         return None
@@ -192,7 +203,7 @@ def validate_lds(v: Variant, atom: Atom) -> str | None:
 
 def context(v: Variant) -> dict:
     ctx = dict(block_m=v["block_m"], block_n=v["block_n"], block=block_threads(v))
-    if v["kernel"] == "wgmma":
+    if v["kernel"] in ("wgmma", "tma"):
         return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v))
     atom = atom_for(v.arch, v["kernel"], v["atom"])
     if v["kernel"] == "lds":
@@ -220,7 +231,7 @@ def heuristic(arch: str, m: int) -> dict:
             return config("mma", 16, 32, split_k=8)
         if m <= 128:
             return config("wgmma", 64, 64, stages=6)
-        return config("wgmma", 128, 128, stages=4)
+        return config("tma", 128, 128, stages=5)
     if m <= 16:
         return config("mma", 16, 16, split_k=8)
     # AMD, larger M: the LDS-staged kernel, 8 waves of 32 x 32 (its speed is not measured yet:

@@ -1,0 +1,70 @@
+"""L1 + L2 for sm_90a: the Hopper GEMM kernels compile to the instructions their design rests on,
+with no spills (needs nvcc, and cuobjdump from CUDA or Triton's package; skipped without them)."""
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from codegen.families import gemm as fam
+from codegen.render import render
+from codegen.spec import make_variant
+from codegen.targets import get_target
+from codegen.toolchain import COMMON
+
+
+def _cuobjdump() -> str | None:
+    exe = shutil.which("cuobjdump")
+    if exe:
+        return exe
+    try:
+        import triton
+    except ImportError:
+        return None
+    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(path) if path.exists() else None
+
+
+NVCC, CUOBJDUMP = shutil.which("nvcc"), _cuobjdump()
+pytestmark = pytest.mark.skipif(not (NVCC and CUOBJDUMP), reason="needs nvcc and cuobjdump")
+
+def _configs() -> list[dict]:
+    """Every Hopper-kernel config the tuner may pick."""
+    from codegen.tune import candidates
+
+    return [c for c in candidates("sm_90a") if c["kernel"] in ("tma", "wgmma")]
+
+
+CONFIGS = _configs()
+
+
+def sass(cfg, tmp_path) -> tuple[str, str]:
+    """(SASS, ptxas report) of one config."""
+    v = make_variant(fam.FAMILY, "sm_90a", fp8=get_target("sm_90a").fp8_formats[0].token, **cfg)
+    src = tmp_path / "k.cu"
+    src.write_text(render(v))
+    cubin = tmp_path / "k.cubin"
+    ptxas = subprocess.run([NVCC, "-gencode=arch=compute_90a,code=sm_90a", *COMMON, "-cubin",
+                            "-Xptxas=-v", "-o", str(cubin), str(src)],
+                           capture_output=True, text=True, check=True).stderr
+    return subprocess.run([CUOBJDUMP, "-sass", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout, ptxas
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['kernel']}{c['block_m']}x{c['block_n']}s{c['stages']}")
+def test_hopper_gemm_sass(cfg, tmp_path):
+    code, ptxas = sass(cfg, tmp_path)
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", ptxas), ptxas
+    assert "0 bytes stack frame" in ptxas, ptxas
+    mma = re.findall(rf"QGMMA\.64x{cfg['block_n']}x32\.F32\.E4M3\.E4M3", code)
+    assert len(mma) >= 4, "no m64nNk32 e4m3 warpgroup MMA"
+    if cfg["kernel"] == "tma":
+        assert "UTMALDG.2D" in code, "loads do not use the tensor memory accelerator"
+        assert "UTMASTG.2D" in code, "the epilogue does not store through the TMA"
+        assert "USETMAXREG.DEALLOC" in code and "USETMAXREG.TRY_ALLOC" in code
+        # the consumers' registers go past the 168 a 384-thread block starts with
+        if cfg["block_m"] == 128 and cfg["block_n"] == 128:
+            assert max(int(r) for r in re.findall(r"\bR(\d+)\b", code)) >= 168
+    else:
+        assert "LDGSTS" in code and "UTMALDG" not in code
