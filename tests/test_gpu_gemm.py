@@ -91,6 +91,23 @@ def test_lds_kernel():
             check(ops.gemm.gemm_with_config(a, sa, b, sb, cfg), a, sa, b, sb)
 
 
+def test_tma_kernel():
+    """sm_90a's persistent TMA kernel in every tile the tuner may pick: tails in M, N and K,
+    output rows that are not 16-byte aligned (N % 8 != 0: stored from registers), more tiles
+    than SMs (each CTA walks several)."""
+    from codegen.tune import candidates
+
+    if device_arch(torch.device("cuda")) != "sm_90a":
+        pytest.skip("the tma kernel is sm_90a's")
+    cfgs = [c for c in candidates("sm_90a") if c["kernel"] == "tma"]
+    for m, n, k in [(1, 576, 3888), (83, 2112, 7168), (130, 200, 512), (33, 2050, 128),
+                    (70, 100, 256), (1000, 2112, 1024), (300, 7168, 384)]:
+        a, sa, b, sb = make(m, n, k)
+        for cfg in cfgs:
+            poisoned_alloc(m, n)
+            check(ops.gemm.gemm_with_config(a, sa, b, sb, cfg), a, sa, b, sb)
+
+
 @pytest.mark.parametrize("layout", ["row", "col", "col_tma"])
 def test_end_to_end_rmsnorm_quant_gemm(layout):
     """rmsnorm_group_quant -> gemm, scales consumed as produced, vs a bf16 reference."""
