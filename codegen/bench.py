@@ -309,7 +309,7 @@ def gemm_section(copy: dict, quick: bool) -> list[dict]:
 
     arch = device_arch(torch.device("cuda"))
     dtype = ops.gemm.fp8_dtype_of(arch)
-    ms = [1, 16, 64, 128, 1024, 4096, 8192] if not quick else [1, 16, 4096]
+    ms = [1, 16, 64, 128, 1024, 2048, 4096, 8192] if not quick else [1, 16, 4096]
     results = []
     for n, k in TUNED_SHAPES:
         for m in ms:

@@ -21,13 +21,15 @@ from .families import gemm as fam
 from .spec import make_variant, validate
 from .targets import get_target, native_arch
 
-MS = [1, 8, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+MS = [1, 2, 4, 8, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 
 
 def candidates(arch: str) -> list[dict]:
     c = fam.config
     cands = [c("mma", bm, bn, split_k=sk) for bm in (8, 16, 32, 64) for bn in (16, 32, 64)
              for sk in (1, 4, 8, 16)]
+    cands += [c("gemv", bm, bn, split_k=sk) for bm in (1, 2, 4) for bn in (1, 2, 4, 8)
+              for sk in (1, 2, 4, 8)]
     cands += [c("lds", bm, bn, stages=2, atom=a) for bm in (32, 64, 128) for bn in (32, 64, 128)
               for a in ("", *fam.LARGE_ATOMS)]
     cands += [c(kernel, bm, bn, stages=s) for kernel in ("wgmma", "tma") for bm in (64, 128)
@@ -43,6 +45,8 @@ def candidates(arch: str) -> list[dict]:
 
 def plausible(cfg: dict, m: int) -> bool:
     """Skip configs that cannot win: tiny tiles at large M, block tiles at tiny M."""
+    if cfg["kernel"] == "gemv":   # one pass over B per block_m rows of A
+        return m <= cfg["block_m"]
     if cfg["kernel"] == "mma":
         return m <= 128 and cfg["block_m"] <= max(16, m)
     return m >= 16

@@ -292,15 +292,16 @@ def config_id(c) -> str:
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_emu_gemm_dispatch(arch):
-    """Through dispatch: the small-M and the large-M kernel, tails in M, N and K."""
+    """Through dispatch: the decode, small-M and large-M kernels, tails in M, N and K."""
     s = on(arch)
     kinds = set()
-    for m, n, k in ((7, 200, 400), (83, 136, 272)):
+    for m, n, k in ((1, 200, 400), (3, 136, 272), (7, 200, 400), (83, 136, 272)):
         first = len(s.launches())
         a, sa, b, sb = gemm_inputs(arch, m, n, k)
         check_gemm(ops.gemm_a8w8_blockscale(a, sa, b, sb), a, sa, b, sb)
-        kinds |= {("lds" if "_lds_" in x.uri else "mma") for x in launched(s, first)}
-    assert kinds == {"mma", "lds"}, kinds
+        kinds |= {next(kind for kind in ("lds", "gemv", "mma") if f"_{kind}_" in x.uri)
+                  for x in launched(s, first)}
+    assert kinds == {"gemv", "mma", "lds"}, kinds
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -393,6 +394,23 @@ def test_emu_gap_wmma_fp8_and_global_inv_gfx1201():
     with gaps.disabled("wmma_fp8"):
         out = ops.gemm_a8w8_blockscale(a, sa, b, sb)
     assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_emu_gap_fp8_unpack(arch):
+    """v_cvt_pk_f32_fp8 (the decode GEMM's FP8 -> f32) writes two f32 registers: the emulator's
+    CDNA model stopped on the two-part destination, its RDNA4 model on an operand it did not
+    know."""
+    from codegen.emu import gaps
+    from codegen.ops.gemm import gemm_with_config
+
+    on(arch)
+    c = gemm_family.config("gemv", 1, 2, split_k=2)
+    a, sa, b, sb = gemm_inputs(arch, 1, 40, 256)
+    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
+    with gaps.disabled("fp8_unpack"):
+        with pytest.raises(RuntimeError, match="(?i)v_cvt_pk_f32_fp8"):
+            gemm_with_config(a, sa, b, sb, c)
 
 
 def test_emu_gap_float_denorm_gfx950():

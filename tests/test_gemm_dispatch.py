@@ -49,6 +49,9 @@ def test_table_entries_are_used_and_valid():
     ("sm_90a", dict(kernel="wgmma", block_m=128, block_n=32, stages=4), "64 or 128"),
     ("sm_90a", dict(kernel="wgmma", block_m=64, block_n=64, stages=1), "stages"),
     ("gfx950", dict(kernel="tma", block_m=128, block_n=128, stages=4), "sm_90a"),
+    ("gfx942", dict(kernel="gemv", block_m=8, block_n=2, split_k=4), "at most 4 rows of A"),
+    ("gfx942", dict(kernel="gemv", block_m=1, block_n=8, split_k=4), "exceed 1024"),
+    ("sm_90a", dict(kernel="gemv", block_m=4, block_n=4, split_k=4), "registers"),
     ("sm_90a", dict(kernel="tma", block_m=128, block_n=32, stages=4), "64 or 128"),
     ("sm_90a", dict(kernel="tma", block_m=128, block_n=128, stages=1), "2 or more stages"),
     ("gfx942", dict(kernel="mma", block_m=8, block_n=16), "16x16"),
@@ -77,8 +80,8 @@ def test_no_fp8_no_gemm(arch):
 def test_tuner_candidates_validate():
     from codegen.tune import candidates
 
-    for arch, kernels in [("sm_90a", {"mma", "lds", "wgmma", "tma"}), ("gfx942", {"mma", "lds"}),
-                          ("gfx1201", {"mma", "lds"})]:
+    for arch, kernels in [("sm_90a", {"mma", "lds", "gemv", "wgmma", "tma"}),
+                          ("gfx942", {"mma", "lds", "gemv"}), ("gfx1201", {"mma", "lds", "gemv"})]:
         cands = candidates(arch)
         assert {c["kernel"] for c in cands} == kernels, arch
         for c in cands:

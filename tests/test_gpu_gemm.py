@@ -91,6 +91,21 @@ def test_lds_kernel():
             check(ops.gemm.gemm_with_config(a, sa, b, sb, cfg), a, sa, b, sb)
 
 
+def test_gemv_kernel():
+    """The decode kernel in every config the tuner may pick: M from 1 to past block_m (grid y),
+    N not a multiple of the block's rows, K not a multiple of the lanes' 16-byte pieces."""
+    from codegen.tune import candidates
+
+    arch = device_arch(torch.device("cuda"))
+    cfgs = [c for c in candidates(arch) if c["kernel"] == "gemv"]
+    assert cfgs
+    for m, n, k in [(1, 576, 3888), (1, 2112, 7168), (2, 7, 256), (3, 100, 512), (5, 4099, 144)]:
+        a, sa, b, sb = make(m, n, k)
+        for cfg in cfgs:
+            poisoned_alloc(m, n)
+            check(ops.gemm.gemm_with_config(a, sa, b, sb, cfg), a, sa, b, sb)
+
+
 def test_tma_kernel():
     """sm_90a's persistent TMA kernel in every tile the tuner may pick: tails in M, N and K,
     output rows that are not 16-byte aligned (N % 8 != 0: stored from registers), more tiles

@@ -147,13 +147,16 @@ def test_gemm_isa(generated, arch):
         atom_for(arch, r["params"]["kernel"], r["params"]["atom"]).mnemonic for r in gemm}, \
         "every larger instruction of the target is built"
     for r in gemm:
-        atom = atom_for(arch, r["params"]["kernel"], r["params"]["atom"])
-        mnemonic = atom.mnemonic
         assert r["status"] == "ok", (r["uri"], r["reason"])
         assert r["spill_count"] == 0 and r["scratch_bytes"] == 0, (r["uri"], r["spill_count"])
         assert r["wavefront_size"] == target.wave_size
         assert r["lds_bytes"] <= target.lds_bytes, (r["uri"], r["lds_bytes"])
         assert r["occupancy"] >= 1, (r["uri"], r["vgpr_count"])
+        if r["params"]["kernel"] == "gemv":
+            _gemv_isa(out / r["asm"], r, arch)
+            continue
+        atom = atom_for(arch, r["params"]["kernel"], r["params"]["atom"])
+        mnemonic = atom.mnemonic
         counts = amd_instructions(out / r["asm"], mnemonic, LOAD128[arch])
         # a K block takes fr * fc instructions per 8 bytes of K and lane (the loop body may be
         # unrolled, never thinned)
@@ -162,6 +165,19 @@ def test_gemm_isa(generated, arch):
         assert counts[mnemonic] >= per_block and counts[mnemonic] % per_block == 0, \
             (r["uri"], counts[mnemonic], per_block)
         assert counts[LOAD128[arch]] > 0, r["uri"]
+
+
+def _gemv_isa(asm, r, arch):
+    """The decode GEMM: FP8 decoded by the hardware (v_cvt_pk_f32_fp8, two bytes each), f32
+    FMAs, 16-byte loads; per unrolled step 16 bytes of B and of each A row per lane."""
+    rows_a, unroll = r["params"]["block_m"], gemm_family.GEMV_UNROLL
+    ops = [line.split()[0] for line in _instructions(asm)]
+    cvt = sum(op.startswith("v_cvt_pk_f32_fp8") for op in ops)
+    fma = sum(op.startswith(("v_fmac_f32", "v_fma_f32")) for op in ops)
+    loads = sum(op == LOAD128[arch] for op in ops)
+    assert cvt >= 8 * (1 + rows_a) * unroll, (r["uri"], cvt)
+    assert fma >= 16 * rows_a * unroll, (r["uri"], fma)
+    assert loads >= (1 + rows_a) * unroll, (r["uri"], loads)
 
 
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])

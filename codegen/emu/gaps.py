@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
-FIXES = ("fp8_convert", "fp8_fnuz", "wmma_fp8", "mfma_32x32_out", "mfma_x2_decode", "global_inv",
-         "float_denorm")
+FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "wmma_fp8", "mfma_32x32_out", "mfma_x2_decode",
+         "global_inv", "float_denorm")
 _off: set[str] = set()
 _emu = None
 _state = {"format": "ocp", "ftz": True}
@@ -103,6 +103,40 @@ def _fp8_funcs(originals: dict) -> dict:
     elif on("fp8_convert"):
         funcs["f32_to_fp8"] = functools.partial(f32_to_e4m3, bias=7, fnuz=False)
     return funcs
+
+
+# ---- FP8 pairs to f32 ----
+# CDNA3 / CDNA4 / RDNA4 ISA, "V_CVT_PK_F32_FP8": converts two FP8 values, bytes 0 and 1 of the
+# selected 16-bit word of S0 (word 0 without SDWA / op_sel), into two f32 results in D and D+1.
+# The emulator's CDNA model stops on the 64-bit destination written in two halves ("multiple
+# stores"), its RDNA4 model on an operand it does not know. We compile the unselected form.
+
+def _cvt_pk_f32_fp8(inst, ctx):
+    from test.mockgpu.amd import pcode
+    from tinygrad.dtype import dtypes
+    from tinygrad.uop.ops import UOp
+
+    cvt = pcode._FUNCS["fp8_to_f32"]
+    lane, exec_mask = ctx.range(), ctx.rexec()
+    vdst = ctx.inst_field(type(inst).vdst)
+    literal = ctx.optional_field(inst, "literal")
+    s0, _ = _emu._load_vsrc0(ctx, inst, lane, inst.canonical_op_bits, literal, False, False,
+                             _u32(0))
+    s0 = s0.cast(dtypes.uint32) if s0.dtype != dtypes.uint32 else s0
+    lo = cvt(s0 & _u32(0xFF)).bitcast(dtypes.uint32)
+    hi = cvt((s0 >> _u32(8)) & _u32(0xFF)).bitcast(dtypes.uint32)
+    stores = [ctx.wvgpr_dyn(vdst, lane, lo, exec_mask),
+              ctx.wvgpr_dyn(vdst + _u32(1), lane, hi, exec_mask)]
+    return UOp.sink(UOp.group(*stores).end(lane), *ctx.inc_pc())
+
+
+def _vop1(original):
+    def compile_vop1(inst, ctx):
+        if (on("fp8_unpack") and type(inst).__name__ == "VOP1"
+                and _emu._op_name(inst) == "V_CVT_PK_F32_FP8_E32"):
+            return _cvt_pk_f32_fp8(inst, ctx)
+        return original(inst, ctx)
+    return compile_vop1
 
 
 # ---- per-format compiled-instruction caches ----
@@ -339,9 +373,11 @@ def install(emu) -> None:
     emu._compile_wmma = _wmma(emu._compile_wmma)
     emu._compile_mfma = _mfma(emu._compile_mfma)
     emu.decode_inst = _decode(emu.decode_inst)
-    mem = emu._compile_mem_op
+    mem, vop = emu._compile_mem_op, emu._compile_vop12
     for kind, handler in list(emu._INST_HANDLERS.items()):
         if handler is mem:
             emu._INST_HANDLERS[kind] = _mem_op(mem)
+        elif handler is vop:
+            emu._INST_HANDLERS[kind] = _vop1(vop)
     emu._MXCSRContext = _FloatMode
     _flush_runners()

@@ -10,6 +10,9 @@ Three kernels share one launcher signature:
   its A and B rows in LDS (two buffers) and every wave reads its fragments from there.
 - "wgmma" (gemm_a8w8_blockscale_wgmma.cu.j2), sm_90a: block_m / 64 warpgroups, a stages-deep
   cp.async pipeline into 128-byte-swizzled shared memory, wgmma m64 n{block_n} k32.
+- "gemv" (gemm_a8w8_blockscale_gemv.cu.j2), every FP8 target: decode's few rows of A, no
+  matrix instructions; split_k waves per row of B stream it 16 bytes a lane, block_m rows of A
+  per block (grid y takes the next), block_n rows of B per block.
 - "tma" (gemm_a8w8_blockscale_tma.cu.j2), sm_90a: persistent and warp-specialized; a producer
   warp fills a stages-deep ring with tensor-memory-accelerator copies behind mbarriers, and
   block_m / 64 consumer warpgroups run the same wgmma.
@@ -29,6 +32,7 @@ TABLE_DIR = Path(__file__).resolve().parent.parent / "tables"
 SCALE_BLOCK = 128
 LDS_WAVE_TILE = 32   # lds kernel: M and N of one wave's tile
 LDS_PAD = 16         # lds kernel: bytes after each staged 128-byte row (LDS bank spread)
+GEMV_UNROLL = 4     # gemv kernel: 16-byte pieces of B in flight per lane
 LDS_MAX_PIECES = 8   # lds kernel: 16-byte pieces a thread may stage per K block
 NVIDIA_STATIC_SMEM = 48 * 1024   # static shared memory a CUDA kernel may declare
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -128,6 +132,8 @@ def block_threads(v: Variant) -> int:
     if v["kernel"] == "lds":
         wm, wn = lds_waves(v)
         return wm * wn * v.target.wave_size
+    if v["kernel"] == "gemv":
+        return v["block_n"] * v["split_k"] * v.target.wave_size
     return v["split_k"] * v.target.wave_size
 
 
@@ -156,6 +162,8 @@ def validate(v: Variant) -> str | None:
         if wgmma_smem_bytes(v) > t.lds_bytes:
             return f"{wgmma_smem_bytes(v)} bytes of shared memory exceed {t.lds_bytes}"
         return None
+    if v["kernel"] == "gemv":
+        return validate_gemv(v)
     atom = atom_for(t.arch, v["kernel"], v["atom"])
     if atom is None and v["atom"]:
         return f"atom={v['atom']} is an lds-kernel instruction {t.arch} does not have"
@@ -178,6 +186,23 @@ def validate(v: Variant) -> str | None:
         return f"about {regs} registers per lane, over the budget of {register_budget(v)}"
     if mma_reduce_bytes(v, atom) > t.lds_bytes:
         return f"{mma_reduce_bytes(v, atom)} bytes of LDS for the split-K sum exceed {t.lds_bytes}"
+    return None
+
+
+def validate_gemv(v: Variant) -> str | None:
+    if not v.target.has_fp8:
+        return f"no FP8 matrix instruction known for {v.target.arch}"
+    if v["block_m"] > 4 or v["block_n"] > 8:
+        return f"kernel=gemv takes at most 4 rows of A and 8 of B per block, not {v['block_m']}x{v['block_n']}"
+    if v["stages"] != 1 or v["atom"]:
+        return "kernel=gemv has no pipeline nor matrix instruction (stages=1, atom='')"
+    if block_threads(v) > 1024:
+        return f"{block_threads(v)} threads per block exceed 1024"
+    # each A row adds its pieces in flight and their decoded values (fitted to nvcc's counts:
+    # 64 / 106 / 156 registers at 1 / 2 / 4 rows)
+    regs = 20 + 44 * v["block_m"]
+    if regs > register_budget(v):
+        return f"about {regs} registers per lane, over the budget of {register_budget(v)}"
     return None
 
 
@@ -205,6 +230,8 @@ def context(v: Variant) -> dict:
     ctx = dict(block_m=v["block_m"], block_n=v["block_n"], block=block_threads(v))
     if v["kernel"] in ("wgmma", "tma"):
         return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v))
+    if v["kernel"] == "gemv":
+        return dict(ctx, split_k=v["split_k"], unroll=GEMV_UNROLL)
     atom = atom_for(v.arch, v["kernel"], v["atom"])
     if v["kernel"] == "lds":
         wm, wn = lds_waves(v)
@@ -224,6 +251,8 @@ def config(kernel: str, block_m: int, block_n: int, split_k: int = 1, stages: in
 
 def heuristic(arch: str, m: int) -> dict:
     """The config for a shape no table entry covers: by M only, valid for any N and K."""
+    if m <= 4:   # decode: stream the weights with every wave, no matrix instructions
+        return config("gemv", 1 if m == 1 else 4, 4 if arch == "sm_90a" else 2, split_k=4)
     if arch == "sm_90a":
         if m <= 8:
             return config("mma", 8, 32, split_k=8)

@@ -11,6 +11,7 @@ namespace cg {
 
 CG_DEVICE int thread_x() { return int(threadIdx.x); }
 CG_DEVICE int block_x() { return int(blockIdx.x); }
+CG_DEVICE int block_y() { return int(blockIdx.y); }
 CG_DEVICE int grid_x() { return int(gridDim.x); }
 
 // p, computed once here: nvcc otherwise re-derives a row pointer (64-bit multiply and add) inside
@@ -47,6 +48,9 @@ CG_DEVICE uint16_t float_to_f16(float f) {
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
   return r;
 }
+
+// a * b + c, one rounding.
+CG_DEVICE float fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 
 // IEEE division, correct to the last bit whatever fast-math flags are in force.
 CG_DEVICE float div_rn(float a, float b) { return __fdiv_rn(a, b); }
@@ -105,6 +109,15 @@ CG_DEVICE void copy_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : 
 constexpr bool kPrefetchL2 = true;
 CG_DEVICE void prefetch_l2(const void* p, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p), "r"(bytes));
+}
+
+// Four OCP e4m3 bytes (the lowest first) to floats, through f16 pairs (exact).
+CG_DEVICE void fp8x4_to_float4(uint32_t v, float (&f)[4]) {
+  uint32_t lo, hi;
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
+      "cvt.rn.f16x2.e4m3x2 %1, h;\n}" : "=r"(lo), "=r"(hi) : "r"(v));
+  f[0] = f16_to_float(uint16_t(lo)), f[1] = f16_to_float(uint16_t(lo >> 16));
+  f[2] = f16_to_float(uint16_t(hi)), f[3] = f16_to_float(uint16_t(hi >> 16));
 }
 
 #if defined(CG_FP8_MAX)

@@ -17,6 +17,7 @@ namespace cg {
 // registers directly.
 CG_DEVICE int thread_x() { return int(__builtin_amdgcn_workitem_id_x()); }
 CG_DEVICE int block_x() { return int(__builtin_amdgcn_workgroup_id_x()); }
+CG_DEVICE int block_y() { return int(__builtin_amdgcn_workgroup_id_y()); }
 CG_DEVICE int grid_x() { return int(gridDim.x); }
 
 // As arch_cuda.cuh's opaque, a no-op: the re-derived pointers were seen in nvcc's code only.
@@ -51,6 +52,8 @@ CG_DEVICE uint16_t float_to_f16(float f) {
 }
 
 // Plain '/' and sqrt are IEEE-exact in HIP unless fast-math is on, which we never pass.
+// a * b + c, one rounding (v_fma_f32 / v_fmac_f32).
+CG_DEVICE float fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 CG_DEVICE float div_rn(float a, float b) { return a / b; }
 CG_DEVICE float sqrt_rn(float a) { return __builtin_sqrtf(a); }
 
@@ -96,6 +99,22 @@ CG_DEVICE uint32_t cvt_pk4_fp8(float a, float b, float c, float d) {
   return uint32_t(w);
 }
 #endif
+
+// Four fp8 bytes (the lowest first) to floats with v_cvt_pk_f32_fp8: e4m3fnuz on gfx942, OCP
+// e4m3 on gfx950 / gfx12, the formats their matrix instructions read.
+template <int = 0>
+CG_DEVICE void fp8x4_to_float4(uint32_t v, float (&f)[4]) {
+#if defined(__gfx942__) || defined(__gfx950__) || defined(__gfx1200__) || defined(__gfx1201__)
+  typedef float f2 __attribute__((ext_vector_type(2)));
+  const f2 lo = __builtin_amdgcn_cvt_pk_f32_fp8(int(v), false);
+  // the high pair shifted down rather than word-selected: gfx942 encodes the word select as
+  // SDWA, which the ISA emulator of the L4 tests does not run (same cost: memory-bound code)
+  const f2 hi = __builtin_amdgcn_cvt_pk_f32_fp8(int(v >> 16), false);
+  f[0] = lo[0], f[1] = lo[1], f[2] = hi[0], f[3] = hi[1];
+#elif defined(__HIP_DEVICE_COMPILE__)
+  static_assert(sizeof(f) == 0, "v_cvt_pk_f32_fp8 needs gfx942, gfx950 or gfx12");
+#endif
+}
 
 // FP8 matrix instructions, c += a * b on one wave's fragments (codegen/matrix.py has their
 // lane layouts). Templates, so that a target without the instruction fails to compile only
