@@ -71,6 +71,12 @@ def test_validation_rejects_before_compiling(arch, cfg, why):
     assert why in (validate(variant(arch, **cfg)) or "")
 
 
+@pytest.mark.parametrize("arch", FP8_ARCHS)
+def test_every_heuristic_pick_validates(arch):
+    for m in range(1, 300):
+        assert validate(variant(arch, **fam.heuristic(arch, m))) is None, (arch, m)
+
+
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])
 def test_no_fp8_no_gemm(arch):
     (v,) = fam.variants(get_target(arch))

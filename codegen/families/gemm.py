@@ -251,8 +251,8 @@ def config(kernel: str, block_m: int, block_n: int, split_k: int = 1, stages: in
 
 def heuristic(arch: str, m: int) -> dict:
     """The config for a shape no table entry covers: by M only, valid for any N and K."""
-    if m <= 4:   # decode: stream the weights with every wave, no matrix instructions
-        return config("gemv", 1 if m == 1 else 4, 4 if arch == "sm_90a" else 2, split_k=4)
+    if m == 1:   # decode: stream the weights with every wave, no matrix instructions
+        return config("gemv", 1, 4 if arch == "sm_90a" else 2, split_k=4)
     if arch == "sm_90a":
         if m <= 8:
             return config("mma", 8, 32, split_k=8)
