@@ -44,14 +44,19 @@ def bench_us(fn, warmup_ms=25, rep_ms=100) -> float:
     return statistics.median(times)
 
 
+def input_sets(nbytes: int) -> int:
+    """How many input sets of nbytes each graph_us rotates through: enough to exceed 2x L2."""
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    return max(2, min(4096, -(-2 * l2 // max(nbytes, 1)) + 1))
+
+
 def graph_us(make, nbytes: int, min_calls: int = 64) -> float:
     """Per-call time (us) in a CUDA graph of back-to-back calls: make() returns one call bound
     to fresh inputs (nbytes read and written per call); enough are made that their inputs
     exceed 2x L2 (up to 4096 sets: calls of under 30 KB then share a warm L2, as they do in a
     decode step), and the graph runs them in turn at least min_calls times."""
-    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    sets = max(2, min(4096, -(-2 * l2 // max(nbytes, 1)) + 1))
-    calls = [make() for _ in range(sets)]
+    calls = [make() for _ in range(input_sets(nbytes))]
+    sets = len(calls)
     for c in calls:               # outside the capture: builds, loads, compiles, allocations
         c()
     torch.cuda.synchronize()
