@@ -340,3 +340,80 @@ def test_kernel_source_uses_the_modelled_expressions(arch, kernel, atom_value):
                  *(e for rc in atom.c for e in rc)):
         assert expr in src, (arch, expr)
     assert f"cg::{atom.name}(" in src
+
+
+# ---- the decode kernel (no matrix instruction): which lane sums which 16-byte piece ----------
+
+GEMV_EXPRESSIONS = (   # templates/gemm_a8w8_blockscale_gemv.cu.j2, as the model below runs them
+    "const int local_row = wave / SPLIT, slice = wave % SPLIT;",
+    "const int row = cg::block_x() * ROWS + local_row;",
+    "const int m0 = cg::block_y() * MR;",
+    "const int pieces = k / 16, step = SPLIT * WAVE;",
+    "for (int p0 = slice * WAVE + lane; p0 < pieces; p0 += step * UNROLL) {",
+    "const int p = imin(p0 + u * step, pieces - 1), kb = p / PIECES_PER_KBLOCK;",
+    "if (p0 + u * step >= pieces) break;",
+    "if (m0 + i < m) out[int64_t(m0 + i) * n + row]",
+)
+
+
+def run_gemv_model(wave, mr, rows, split, A, As, B, Bs):
+    """The gemv kernel's loops, lane by lane: each lane's pieces, its sums, the wave and slice
+    reductions, the stores (NaN where nothing is stored)."""
+    m, k = A.shape
+    n = B.shape[0]
+    unroll, pieces, step = fam.GEMV_UNROLL, k // 16, split * wave
+    out = np.full((m, n), np.nan)
+    for bx in range(-(-n // rows)):
+        for by in range(-(-m // mr)):
+            m0 = by * mr
+            for local_row in range(rows):
+                row = bx * rows + local_row
+                brow = min(row, n - 1)
+                total = np.zeros(mr)
+                for slice_ in range(split):
+                    for lane in range(wave):
+                        acc = np.zeros(mr)
+                        for p0 in range(slice_ * wave + lane, pieces, step * unroll):
+                            for u in range(unroll):
+                                if p0 + u * step >= pieces:
+                                    break
+                                p = min(p0 + u * step, pieces - 1)
+                                kb = p // 8
+                                for i in range(mr):
+                                    if m0 + i >= m:
+                                        break
+                                    d = A[m0 + i, 16 * p:16 * p + 16] @ B[brow, 16 * p:16 * p + 16]
+                                    acc[i] += d * As[m0 + i, kb] * Bs[brow // 128, kb]
+                        total += acc          # the butterfly, then the slices in shared memory
+                if row < n:
+                    for i in range(mr):
+                        if m0 + i < m:
+                            out[m0 + i, row] = total[i]
+    return out
+
+
+@pytest.mark.parametrize("wave", [32, 64])
+def test_lane_model_of_the_gemv_kernel(wave):
+    """Every 16-byte piece of K counted once per (row of A, row of B): tails in M (grid y), N
+    (rows per block), K (pieces not a multiple of the lanes), two weight-scale blocks in N."""
+    rng = np.random.default_rng(1)
+    m, n, k = 5, 133, 2064         # 129 pieces: a tail past 2 x 64 lanes
+    A = rng.integers(-8, 9, (m, k)).astype(float)
+    B = rng.integers(-8, 9, (n, k)).astype(float)
+    As = 2.0 ** rng.integers(-3, 4, (m, -(-k // 128)))
+    Bs = 2.0 ** rng.integers(-3, 4, (-(-n // 128), -(-k // 128)))
+    want = reference(A, As, B, Bs)
+    for mr, rows, split in [(1, 2, 1), (2, 1, 2), (4, 4, 1), (1, 8, 4)]:
+        got = run_gemv_model(wave, mr, rows, split, A, As, B, Bs)
+        np.testing.assert_array_equal(got, want, err_msg=f"gemv {mr}x{rows} sk{split}")
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "gfx942", "gfx1201"])
+def test_gemv_source_uses_the_modelled_expressions(arch):
+    v = make_variant(fam.FAMILY, arch, fp8=get_target(arch).fp8_formats[0].token,
+                     **fam.config("gemv", 2, 2, split_k=2))
+    assert validate(v) is None, validate(v)
+    src = render(v)
+    for expr in GEMV_EXPRESSIONS:
+        assert expr in src, (arch, expr)
+    assert f"constexpr int UNROLL = {fam.GEMV_UNROLL};" in src
