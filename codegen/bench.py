@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from . import ops, reference
+from . import ops, peers, reference
 
 
 def bench_us(fn, warmup_ms=25, rep_ms=100) -> float:
@@ -140,8 +140,9 @@ def _bf16(t: int, h: int) -> torch.Tensor:
 def quant_section(copy: dict, empty_us: float, quick: bool) -> list[dict]:
     fp8_dtype = ops.per_token_group_quant_fp8(torch.ones(1, 128, device="cuda"))[0].dtype
     fmax = 224.0 if fp8_dtype == torch.float8_e4m3fnuz else 448.0
-    ts = [1, 16, 128, 1024, 8192, 16384] if not quick else [1, 16, 8192]
+    ts = [1, 16, 128, 1024, 4096, 8192, 16384] if not quick else [1, 16, 8192]
     hs = [1536, 4096, 7168, 16384] if not quick else [7168]
+    vllm = peers.vllm_quant()
     results = []
     for g in (128, 64):
         def ref(x, g=g):
@@ -153,17 +154,27 @@ def quant_section(copy: dict, empty_us: float, quick: bool) -> list[dict]:
                 gus, us = both_us(lambda: (lambda x=_bf16(t, h): ops.per_token_group_quant_fp8(
                     x, g)), nbytes)
                 gcomp, comp = both_us(lambda: (lambda x=_bf16(t, h): compiled(x)), nbytes)
-                results.append(dict(op="quant", g=g, t=t, h=h, graph_us=gus, us=us,
-                                    compile_graph_us=gcomp, compile_us=comp,
-                                    gbs=nbytes / gus / 1e3,
-                                    copy_frac=nbytes / gus / 1e3 / copy["graph"],
-                                    vs_compile=gcomp / gus, empty_us=empty_us))
+                r = dict(op="quant", g=g, t=t, h=h, graph_us=gus, us=us,
+                         compile_graph_us=gcomp, compile_us=comp, gbs=nbytes / gus / 1e3,
+                         copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gcomp / gus,
+                         empty_us=empty_us)
+                if vllm is not None:
+                    r.update(_peer("vllm", both_us(lambda: (lambda x=_bf16(t, h): vllm(
+                        x, g, fp8_dtype, fmax)), nbytes), gus, us))
+                results.append(r)
     table("per_token_group_quant_fp8, bf16 in (us; GB/s = bytes moved / graph time)",
           ["G", "T", "H", "graph us", "GB/s", "of copy", "event us", "compile graph us",
-           "x compile"],
+           "x compile", "vLLM Triton graph us", "x vLLM"],
           [[r["g"], r["t"], r["h"], r["graph_us"], r["gbs"], f"{r['copy_frac']:.0%}", r["us"],
-            r["compile_graph_us"], r["vs_compile"]] for r in results])
+            r["compile_graph_us"], r["vs_compile"], r.get("vllm_graph_us", "-"),
+            r.get("vs_vllm", "-")] for r in results])
     return results
+
+
+def _peer(name: str, times: tuple[float, float], graph_us: float, us: float) -> dict:
+    """A peer's (graph, event) times and our speedup over it, as a result row's fields."""
+    return {f"{name}_graph_us": times[0], f"{name}_us": times[1],
+            f"vs_{name}": times[0] / graph_us, f"vs_{name}_event": times[1] / us}
 
 
 def _torch_rmsnorm(x, w, eps=1e-6):
@@ -186,38 +197,44 @@ def _torch_rmsnorm_quant(x, w, fp8_dtype, fmax, g=128, eps=1e-6):
 
 
 def _rmsnorm_cells(ts: list[int], hs: list[int]):
-    """(op, T, H, bytes moved, make ours, make torch.compile peer) per cell, bf16: each make()
-    returns one call on fresh inputs."""
+    """(op, T, H, bytes moved, make ours, make torch.compile peer, make AITER peer or None) per
+    cell, bf16: each make() returns one call on fresh inputs."""
     peer_norm, peer_add = torch.compile(_torch_rmsnorm), torch.compile(_torch_add_rmsnorm)
+    ait = peers.aiter()
     for h in hs:
         w = torch.randn(h, device="cuda").to(torch.bfloat16)
         for t in ts:
             yield ("rmsnorm", t, h, 2 * t * h * 2,
                    lambda t=t: (lambda x=_bf16(t, h): ops.rmsnorm(x, w)),
-                   lambda t=t: (lambda x=_bf16(t, h): peer_norm(x, w)))
+                   lambda t=t: (lambda x=_bf16(t, h): peer_norm(x, w)),
+                   ait and (lambda t=t: (lambda x=_bf16(t, h): ait.rmsnorm(x, w))))
             yield ("fused_add_rmsnorm", t, h, 4 * t * h * 2,
                    lambda t=t: (lambda x=_bf16(t, h), r=_bf16(t, h): ops.fused_add_rmsnorm(
                        x, r, w)),
                    lambda t=t: (lambda x=_bf16(t, h), r=_bf16(t, h): peer_add(
-                       x, r, w)))
+                       x, r, w)),
+                   ait and (lambda t=t: (lambda x=_bf16(t, h), r=_bf16(t, h):
+                                         ait.fused_add_rmsnorm(x, r, w))))
 
 
 def rmsnorm_section(copy: dict, quick: bool) -> list[dict]:
     ts = [1, 16, 256, 4096, 16384] if not quick else [16, 4096]
     hs = [1536, 4096, 7168, 8192] if not quick else [7168]
     results = []
-    for op, t, h, nbytes, ours, peer in _rmsnorm_cells(ts, hs):
+    for op, t, h, nbytes, ours, peer, ait in _rmsnorm_cells(ts, hs):
         (gus, us), (gpus, pus) = both_us(ours, nbytes), both_us(peer, nbytes)
-        results.append(dict(op=op, t=t, h=h, graph_us=gus, us=us, compile_graph_us=gpus,
-                            compile_us=pus, gbs=nbytes / gus / 1e3,
-                            copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gpus / gus,
-                            vs_compile_event=pus / us))
+        r = dict(op=op, t=t, h=h, graph_us=gus, us=us, compile_graph_us=gpus, compile_us=pus,
+                 gbs=nbytes / gus / 1e3, copy_frac=nbytes / gus / 1e3 / copy["graph"],
+                 vs_compile=gpus / gus, vs_compile_event=pus / us)
+        if ait is not None:
+            r.update(_peer("aiter", both_us(ait, nbytes), gus, us))
+        results.append(r)
     table("rmsnorm / fused_add_rmsnorm, bf16 (us; GB/s = bytes moved / graph time)",
           ["op", "T", "H", "graph us", "GB/s", "of copy", "compile graph us", "x compile",
-           "event us", "compile event us"],
+           "event us", "compile event us", "AITER graph us", "x AITER"],
           [[r["op"], r["t"], r["h"], r["graph_us"], r["gbs"], f"{r['copy_frac']:.0%}",
-            r["compile_graph_us"], r["vs_compile"], r["us"], r["compile_us"]]
-           for r in results])
+            r["compile_graph_us"], r["vs_compile"], r["us"], r["compile_us"],
+            r.get("aiter_graph_us", "-"), r.get("vs_aiter", "-")] for r in results])
     return results
 
 
@@ -228,7 +245,7 @@ def rmsnorm_kernel_section(quick: bool) -> list[dict]:
     ts = [1, 16, 256] if not quick else [16]
     hs = [1536, 4096, 7168, 8192] if not quick else [7168]
     results = []
-    for op, t, h, _, ours, peer in _rmsnorm_cells(ts, hs):
+    for op, t, h, _, ours, peer, _ in _rmsnorm_cells(ts, hs):
         us, pus = kernel_us(ours()), kernel_us(peer())
         results.append(dict(op=op, t=t, h=h, kernel_us=us, compile_kernel_us=pus,
                             vs_compile=pus / us))
@@ -244,6 +261,7 @@ def rmsnorm_quant_section(copy: dict) -> list[dict]:
     fmax = 224.0 if fp8_dtype == torch.float8_e4m3fnuz else 448.0
     results = []
     peer = torch.compile(_torch_rmsnorm_quant)
+    ait = peers.aiter()
     for t, h in ((16, 7168), (256, 7168), (4096, 4096), (4096, 7168), (16384, 7168)):
         w = torch.randn(h, device="cuda").to(torch.bfloat16)
         nbytes = t * h * 2 + t * h + t * (h // 128) * 4
@@ -251,14 +269,19 @@ def rmsnorm_quant_section(copy: dict) -> list[dict]:
             x, w, 1e-6, 128)), nbytes)
         gpus, pus = both_us(lambda: (lambda x=_bf16(t, h): peer(x, w, fp8_dtype, fmax)),
                             nbytes)
-        results.append(dict(op="rmsnorm_group_quant", t=t, h=h, graph_us=gus, us=us,
-                            compile_graph_us=gpus, compile_us=pus, gbs=nbytes / gus / 1e3,
-                            copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gpus / gus))
+        r = dict(op="rmsnorm_group_quant", t=t, h=h, graph_us=gus, us=us,
+                 compile_graph_us=gpus, compile_us=pus, gbs=nbytes / gus / 1e3,
+                 copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gpus / gus)
+        if ait is not None:
+            r.update(_peer("aiter", both_us(lambda: (
+                lambda x=_bf16(t, h): ait.rmsnorm_group_quant(x, w, fp8_dtype)), nbytes), gus, us))
+        results.append(r)
     table("rmsnorm_group_quant, bf16 in, G=128 (us; GB/s = bytes moved / graph time)",
           ["T", "H", "graph us", "GB/s", "of copy", "compile graph us", "x compile",
-           "event us"],
+           "event us", "AITER graph us", "x AITER"],
           [[r["t"], r["h"], r["graph_us"], r["gbs"], f"{r['copy_frac']:.0%}",
-            r["compile_graph_us"], r["vs_compile"], r["us"]] for r in results])
+            r["compile_graph_us"], r["vs_compile"], r["us"], r.get("aiter_graph_us", "-"),
+            r.get("vs_aiter", "-")] for r in results])
 
     dual = []
     for t in (1, 16, 64, 256):

@@ -35,6 +35,17 @@ def _table(cols: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+# Optional peers (codegen/peers.py): (JSON key prefix, column label), shown where a run has them.
+PEERS = (("vllm", "vLLM Triton"), ("aiter", "AITER Triton"))
+
+
+def _peer_cols(rows: list[dict]) -> tuple[list[str], callable]:
+    """The peer columns present in rows, and a function giving a row's cells for them."""
+    present = [(k, label) for k, label in PEERS if any(f"{k}_graph_us" in r for r in rows)]
+    cols = [c for _, label in present for c in (f"{label} graph", f"x {label}")]
+    return cols, lambda r: [r.get(c) for k, _ in present for c in (f"{k}_graph_us", f"vs_{k}")]
+
+
 def tables(run: dict, source: str) -> str:
     out = [f"Run of {run['date']} on {run['device']} (torch {run['torch']}"
            f"{', commit ' + run['commit'] if run.get('commit') else ''}): copy "
@@ -44,22 +55,25 @@ def tables(run: dict, source: str) -> str:
            f"launch; peers are timed the same way in the same run. Raw figures: `{source}`."]
     if run.get("quant"):
         rows = [r for r in run["quant"] if r["g"] == 128]
+        pc, pv = _peer_cols(rows)
         out += ["", "**per_token_group_quant_fp8** (bf16 in, G = 128)", "", _table(
-            ["T", "H", "graph", "of copy", "event", "torch.compile graph", "x compile"],
+            ["T", "H", "graph", "of copy", "event", "torch.compile graph", "x compile"] + pc,
             [[r["t"], r["h"], r["graph_us"], f"{r['copy_frac']:.0%}", r["us"],
-              r["compile_graph_us"], r["vs_compile"]] for r in rows])]
+              r["compile_graph_us"], r["vs_compile"]] + pv(r) for r in rows])]
     if run.get("rmsnorm"):
+        pc, pv = _peer_cols(run["rmsnorm"])
         out += ["", "**rmsnorm / fused_add_rmsnorm** (bf16)", "", _table(
-            ["op", "T", "H", "graph", "of copy", "event", "torch.compile graph", "x compile"],
-            [[r["op"], r["t"], r["h"], r["graph_us"], f"{r['copy_frac']:.0%}", r["us"],
-              r["compile_graph_us"], r["vs_compile"]] for r in run["rmsnorm"]])]
+            ["op", "T", "H", "graph", "of copy", "event", "torch.compile graph", "x compile"]
+            + pc, [[r["op"], r["t"], r["h"], r["graph_us"], f"{r['copy_frac']:.0%}", r["us"],
+                    r["compile_graph_us"], r["vs_compile"]] + pv(r) for r in run["rmsnorm"]])]
     if run.get("rmsnorm_quant"):
         rgq = [r for r in run["rmsnorm_quant"] if r["op"] == "rmsnorm_group_quant"]
         dual = [r for r in run["rmsnorm_quant"] if r["op"] == "dual_rmsnorm_group_quant"]
+        pc, pv = _peer_cols(rgq)
         out += ["", "**rmsnorm_group_quant** (bf16 in, G = 128)", "", _table(
-            ["T", "H", "graph", "of copy", "event", "torch.compile graph", "x compile"],
+            ["T", "H", "graph", "of copy", "event", "torch.compile graph", "x compile"] + pc,
             [[r["t"], r["h"], r["graph_us"], f"{r['copy_frac']:.0%}", r["us"],
-              r["compile_graph_us"], r["vs_compile"]] for r in rgq])]
+              r["compile_graph_us"], r["vs_compile"]] + pv(r) for r in rgq])]
         out += ["", "**dual_rmsnorm_group_quant** (q 1536 + kv 512): one launch against "
                 "rmsnorm_group_quant + rmsnorm", "", _table(
                     ["T", "G", "one, graph", "two, graph", "speedup", "one, event",
@@ -91,6 +105,12 @@ def _span(values, fmt="{:.0%}") -> str:
     return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}-{fmt.format(hi)}"
 
 
+def _peer_span(rows: list[dict], x: str) -> str:
+    """", a-b x <peer>" for each optional peer timed at these rows (every shape it was)."""
+    return "".join(f", {_span((r[f'vs_{k}'] for r in rows if f'vs_{k}' in r), x)} {label}"
+                   for k, label in PEERS if any(f"vs_{k}" in r for r in rows))
+
+
 def summary(run: dict) -> str:
     """One line per family: the large-problem fraction of copy and the ratio to its peer."""
     x = "{:.2f}x"
@@ -100,17 +120,21 @@ def summary(run: dict) -> str:
     if run.get("quant"):
         rows = big([r for r in run["quant"] if r["g"] == 128])
         lines.append(f"- per_token_group_quant_fp8 (bf16, G 128): {_span(r['copy_frac'] for r in rows)}"
-                     f" of copy; {_span((r['vs_compile'] for r in rows), x)} torch.compile")
+                     f" of copy; {_span((r['vs_compile'] for r in rows), x)} torch.compile"
+                     + _peer_span(run["quant"], x))
     for op in ("rmsnorm", "fused_add_rmsnorm"):
         rows = big([r for r in run.get("rmsnorm", []) if r["op"] == op])
         if rows:
             every = [r["vs_compile"] for r in run["rmsnorm"] if r["op"] == op]
             lines.append(f"- {op} (bf16): {_span(r['copy_frac'] for r in rows)} of copy; "
-                         f"{_span(every, x)} torch.compile over every shape measured")
+                         f"{_span(every, x)} torch.compile over every shape measured"
+                         + _peer_span([r for r in run["rmsnorm"] if r["op"] == op], x))
     rows = big([r for r in run.get("rmsnorm_quant", []) if r["op"] == "rmsnorm_group_quant"])
     if rows:
         lines.append(f"- rmsnorm_group_quant (bf16, G 128): {_span(r['copy_frac'] for r in rows)}"
-                     f" of copy; {_span((r['vs_compile'] for r in rows), x)} torch.compile")
+                     f" of copy; {_span((r['vs_compile'] for r in rows), x)} torch.compile"
+                     + _peer_span([r for r in run["rmsnorm_quant"]
+                                   if r["op"] == "rmsnorm_group_quant"], x))
     dual = [r for r in run.get("rmsnorm_quant", []) if r["op"] == "dual_rmsnorm_group_quant"]
     if dual:
         lines.append(f"- dual_rmsnorm_group_quant: one launch {_span((r['speedup'] for r in dual), x)}"

@@ -1,0 +1,66 @@
+"""The bench's report and its optional peers, without a GPU."""
+import importlib
+
+import pytest
+
+from codegen import bench_report, peers
+
+
+def _run():
+    row = dict(t=4096, h=4096, graph_us=10.0, us=12.0, copy_frac=0.9, compile_graph_us=20.0,
+               vs_compile=2.0)
+    return dict(date="d", device="dev", torch="t", copy_graph_gbs=4000.0, copy_gbs=3900.0,
+                rmsnorm_quant=[dict(row, op="rmsnorm_group_quant", aiter_graph_us=9.0,
+                                    vs_aiter=0.9),
+                               dict(row, op="rmsnorm_group_quant", t=8192)])
+
+
+def test_report_shows_a_peer_where_the_run_timed_it():
+    text = bench_report.tables(_run(), "x.json")
+    header = next(line for line in text.splitlines() if "AITER Triton graph" in line)
+    assert header.count("|") == 10
+    assert "| 4096 | 4096 | 10 | 90% | 12 | 20 | 2 | 9 | 0.9 |" in text
+    assert "| 8192 | 4096 | 10 | 90% | 12 | 20 | 2 | n/a | n/a |" in text
+    assert "0.90x AITER Triton" in bench_report.summary(_run())
+
+
+def test_report_has_no_peer_column_without_peer_figures():
+    run = _run()
+    del run["rmsnorm_quant"][0]["aiter_graph_us"], run["rmsnorm_quant"][0]["vs_aiter"]
+    assert "AITER" not in bench_report.tables(run, "x.json")
+    assert "AITER" not in bench_report.summary(run)
+
+
+@pytest.fixture
+def fresh_peers(monkeypatch):
+    monkeypatch.delenv("CODEGEN_AITER", raising=False)
+    monkeypatch.delenv("CODEGEN_VLLM", raising=False)
+    yield monkeypatch
+    importlib.reload(peers)
+
+
+def test_peers_are_absent_unless_a_checkout_is_named(fresh_peers):
+    importlib.reload(peers)
+    assert peers.aiter() is None and peers.vllm_quant() is None
+
+
+def test_a_broken_checkout_is_reported_not_raised(fresh_peers, tmp_path, capsys):
+    fresh_peers.setenv("CODEGEN_AITER", str(tmp_path))
+    fresh_peers.setenv("CODEGEN_VLLM", str(tmp_path))
+    importlib.reload(peers)
+    assert peers.aiter() is None and peers.vllm_quant() is None
+    err = capsys.readouterr().err
+    assert "AITER" in err and "vLLM" in err
+
+
+def test_the_vllm_kernel_is_taken_out_of_its_module_alone(fresh_peers, tmp_path):
+    pytest.importorskip("triton")
+    src = tmp_path / peers._VLLM_FILE
+    src.parent.mkdir(parents=True)
+    # A module that cannot be imported here (no vLLM), holding a kernel of that name.
+    src.write_text("import vllm.envs\nfrom vllm.triton_utils import tl, triton\n\n\n"
+                   "@triton.jit\ndef _per_token_group_quant_fp8(y_ptr, BLOCK: tl.constexpr):\n"
+                   "    tl.store(y_ptr, 0)\n\n\ndef other():\n    raise RuntimeError\n")
+    fresh_peers.setenv("CODEGEN_VLLM", str(tmp_path))
+    importlib.reload(peers)
+    assert callable(peers.vllm_quant())
