@@ -20,6 +20,8 @@ def attach_emulated(device) -> None:
     emulated = device
     for c in CACHES:
         c.clear()
+    from . import _fast
+    _fast.clear()
 
 
 def on_emulator(t: torch.Tensor) -> bool:

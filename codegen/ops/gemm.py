@@ -6,6 +6,7 @@ import torch
 from ..dispatch import Unsupported
 from ..families import gemm as fam
 from ..targets import get_target
+from . import _fast
 from ._common import (CACHES, LIB, arch, check_rc, check_tensor, is_compiling as _is_compiling,
                       launcher, on_emulator, raw_stream, stream)
 
@@ -61,6 +62,10 @@ def _impl(a, a_scales, b, b_scales, config: dict | None = None):
             b_scales.stride(0), b_scales.stride(1))
     if config is None and not torch.compiler.is_compiling():
         _plans[_plan_key(a, a_scales, b, b_scales)] = (fn, uri, m, n, k, args)
+        fast = _fast.module() if not on_emulator(a) else None
+        if fast is not None:
+            fast.record(_fast.GEMM, 0, tensors, _fast.address(fn), uri, torch.bfloat16,
+                        args, 0.0)
     rc = fn(a.data_ptr(), b.data_ptr(), a_scales.data_ptr(), b_scales.data_ptr(), out.data_ptr(),
             *args, stream(a))
     check_rc(rc, uri)
@@ -124,6 +129,11 @@ def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tenso
     """
     if _is_compiling():   # checked again by _impl when the graph runs
         return torch.ops.codegen.gemm_a8w8_blockscale(a, a_scales, b, b_scales)
+    fast = _fast.module()
+    if fast is not None:   # the C++ path, where this call's signature has a plan
+        out = fast.gemm(0, a, a_scales, b, b_scales)
+        if out is not None:
+            return out
     # Everything but the data pointers is checked once per plan key (shapes, strides, dtypes,
     # devices); the eager path then checks alignment, allocates and launches.
     try:

@@ -14,7 +14,9 @@ import torch
 
 from ..families.dual_rmsnorm_quant import max_h as dual_max_h
 from ..targets import get_target
-from ._common import CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor, launcher, stream
+from . import _fast
+from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor,
+                      is_compiling as _is_compiling, launcher, on_emulator, stream)
 from .quant import SCALE_LAYOUTS, empty_scales, resolve_fp8
 
 QUANT_DTYPES = (torch.bfloat16, torch.float16)
@@ -175,7 +177,28 @@ def _fused_add_fake(x, residual, weight, eps):
     return x.new_empty(x.shape)
 
 
-def _norm(x, residual, weight, eps, kernels=None, out=None):
+def _fast_call(name: str, params: tuple, *tensors):
+    """The C++ path's result for this eager call, or None (no plan for its signature)."""
+    fast = _fast.module()
+    if fast is None:
+        return None
+    try:
+        pid = _fast.param_id(params)
+    except TypeError:          # an unhashable parameter: the Python path says what is wrong
+        return None
+    return getattr(fast, name)(pid, *tensors)
+
+
+def _record(op: int, params: tuple, tensors: tuple, kern: tuple, out_dtype, ints: tuple,
+            eps: float) -> None:
+    """Keeps this (checked, launched) call's plan for the C++ path."""
+    fast = _fast.module()
+    if fast is not None and not on_emulator(tensors[0]):
+        fast.record(op, _fast.param_id(params), tensors, _fast.address(kern[0]), kern[1],
+                    out_dtype, ints, eps)
+
+
+def _norm(x, residual, weight, eps, kernels=None, out=None, record=None):
     t, h = x.shape
     y = x.new_empty((t, h)) if out is None else out
     if t == 0:
@@ -191,6 +214,8 @@ def _norm(x, residual, weight, eps, kernels=None, out=None):
             0 if residual is None else _row_stride_bytes(residual), eps, stream(x))
     if rc:
         check_rc(rc, uri)
+    if record is not None and vector and out is None:
+        _record(_fast.NORM, record, (x, residual, weight), (fn, uri), x.dtype, (), eps)
     return y
 
 
@@ -236,13 +261,18 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
         _check_rows("x", x, tuple(DTYPE_NAMES))
         _check_weight("weight", weight, x, "x")
         return _check_eps(eps)
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return _into(out, torch.ops.codegen.rmsnorm(x, weight, check()))
+    if out is None:
+        y = _fast_call("norm", ("rmsnorm", eps), x, None, weight)
+        if y is not None:
+            return y
     plan = _planned(("rmsnorm", eps), (x, weight), check)
     _check_row_count("x", x)
     if out is not None:
         _check_out(out, x)
-    return _norm(x, None, weight, plan.value, plan.kernels, out)
+    return _norm(x, None, weight, plan.value, plan.kernels, out,
+                 ("rmsnorm", eps) if plan.kernels is not None else None)
 
 
 def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
@@ -257,15 +287,20 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         _check_residual(residual, x)
         _check_weight("weight", weight, x, "x")
         return _check_eps(eps)
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         return _into(out, torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, check()))
+    if out is None:
+        y = _fast_call("norm", ("fused_add_rmsnorm", eps), x, residual, weight)
+        if y is not None:
+            return y
     plan = _planned(("fused_add_rmsnorm", eps), (x, residual, weight), check)
     _check_row_count("x", x)
     if residual.shape[0] != x.shape[0]:
         _check_residual(residual, x)
     if out is not None:
         _check_out(out, x)
-    return _norm(x, residual, weight, plan.value, plan.kernels, out)
+    return _norm(x, residual, weight, plan.value, plan.kernels, out,
+                 ("fused_add_rmsnorm", eps) if plan.kernels is not None else None)
 
 
 # ---- rmsnorm_group_quant ----
@@ -292,14 +327,19 @@ def _rgq_fake(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_re
 
 
 def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp8_max, fp8_dtype,
-                kernels=None):
-    """(q, scales); y: None, or [T, H] of x's dtype for the normalized values."""
+                kernels=None, record=None):
+    """(q, scales); y: None, or [T, H] of x's dtype for the normalized values. record: the
+    call's parameters, to keep its plan for the C++ path (rows aligned, no y)."""
     q, s = _quant_outputs(x, group_size, scale_layout, fp8_dtype)
     t, h = x.shape
     if t == 0:
         return q, s
     if residual is not None:
         _check_aligned_residual(residual)
+    if record is not None and y is None and _rows_aligned(x) and _rows_aligned(weight):
+        keep = (x, weight, residual)
+    else:
+        keep = None
     x, weight = _aligned_copy(x), _aligned_copy(weight)
     hit = kernels.get(ue8m0) if kernels is not None else None
     fn, uri = hit or _kernel(kernels, ue8m0, "rmsnorm_group_quant", x,
@@ -310,6 +350,9 @@ def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp
             _row_stride_bytes(x), 0 if residual is None else _row_stride_bytes(residual),
             s.stride(0), s.stride(1), eps, stream(x))
     check_rc(rc, uri)
+    if keep is not None:
+        _record(_fast.NORM_QUANT, record, keep, (fn, uri), fp8_dtype,
+                (h // group_size, _fast.LAYOUTS[scale_layout], 0), eps)
     return q, s
 
 
@@ -344,12 +387,17 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
             _check_residual(residual, x)
         _check_quant("x", x.shape[1], group_size, scale_layout)
         return (_check_eps(eps), *resolve_fp8(x, None, fp8_max))
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         eps, fp8_dtype, fmax = check()
         q, s, y = torch.ops.codegen.rmsnorm_group_quant(
             x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
             bool(also_return_unquantized), fmax, fp8_dtype)
         return (q, s, y) if also_return_unquantized else (q, s)
+    params = ("rmsnorm_group_quant", eps, group_size, scale_layout, bool(ue8m0), fp8_max)
+    if not also_return_unquantized:
+        qs = _fast_call("norm_quant", params, x, weight, residual)
+        if qs is not None:
+            return qs
     tensors = (x, weight) if residual is None else (x, weight, residual)
     plan = _planned(("rmsnorm_group_quant", eps, group_size, scale_layout, fp8_max), tensors,
                     check)
@@ -359,7 +407,7 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
         _check_residual(residual, x)
     y = x.new_empty(x.shape) if also_return_unquantized else None
     q, s = _rgq_launch(x, weight, residual, eps, group_size, scale_layout, bool(ue8m0), y, fmax,
-                       fp8_dtype, plan.kernels)
+                       fp8_dtype, plan.kernels, params if plan.kernels is not None else None)
     return (q, s, y) if also_return_unquantized else (q, s)
 
 

@@ -1,0 +1,317 @@
+// The eager hot path of the ops in one C++ call: find the plan the Python path recorded for this
+// call signature, allocate the outputs, launch. A call whose signature has no plan, or whose
+// per-call checks (row count, alignment) fail, returns None and the Python path runs: it checks
+// everything, raises the errors that name the argument, and records a plan for next time.
+//
+// Signature of a tensor: dtype, device, sizes (the row count as 0, 1 or more where the plan does
+// not depend on it) and strides: what the Python checks read. Plans are keyed by the op, an id of
+// its other parameters (from Python) and the signatures of its tensors.
+#include <Python.h>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+using Key = std::vector<int64_t>;
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    size_t h = 1469598103934665603ull;
+    for (int64_t v : k) h = (h ^ uint64_t(v)) * 1099511628211ull;
+    return h;
+  }
+};
+
+enum Op : int64_t { kQuant = 1, kNorm, kNormQuant, kGemm };
+enum Layout : int64_t { kRow = 0, kCol, kColTma };
+
+constexpr int64_t kMaxRows = (int64_t(1) << 31) - 1;
+
+struct Plan {
+  void* fn = nullptr;
+  std::string uri;
+  at::ScalarType out_dtype = at::kFloat;  // fp8 (quant ops) or bf16 (gemm)
+  int64_t groups = 0, layout = kRow, grid_waves = 0;
+  float eps = 0.0f;
+  int64_t gemm_args[9] = {};  // the launcher's integers: m, n, k, then strides
+};
+
+std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> plans;
+
+// Appends t's signature; false if o is not a tensor.
+bool sign(Key& key, PyObject* o, bool rows_open) {
+  if (!THPVariable_Check(o)) return false;
+  const at::Tensor& t = THPVariable_Unpack(o);
+  key.push_back(int64_t(t.scalar_type()));
+  key.push_back(int64_t(t.device().type()));
+  key.push_back(t.device().index());
+  key.push_back(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t s = t.size(d);
+    key.push_back(d == 0 && rows_open ? (s < 2 ? s : 2) : s);
+    key.push_back(t.stride(d));
+  }
+  return true;
+}
+
+// The call's key: op, parameter id, then each tensor's signature (None: a marker). Empty if an
+// argument is neither a tensor nor None.
+Key make_key(Op op, PyObject* param_id, PyObject* const* tensors, int n, bool rows_open) {
+  Key key{op, PyLong_AsLongLong(param_id)};
+  for (int i = 0; i < n; ++i) {
+    if (tensors[i] == Py_None) {
+      key.push_back(-1);
+    } else if (!sign(key, tensors[i], rows_open)) {
+      return {};
+    }
+  }
+  return key;
+}
+
+const Plan* find(const Key& key) {
+  if (key.empty()) return nullptr;
+  auto it = plans.find(key);
+  return it == plans.end() ? nullptr : it->second.get();
+}
+
+const at::Tensor& tensor(PyObject* o) { return THPVariable_Unpack(o); }
+void* ptr(const at::Tensor& t) { return const_cast<void*>(t.data_ptr()); }
+
+// torch's current raw stream of a device (torch._C._cuda_getCurrentRawStream, set by Python).
+PyObject* raw_stream = nullptr;
+
+void* stream(const at::Tensor& t) {
+  if (!t.is_cuda() || raw_stream == nullptr) return nullptr;
+  PyObject* index = PyLong_FromLong(t.device().index());
+  PyObject* s = PyObject_CallOneArg(raw_stream, index);
+  Py_DECREF(index);
+  if (s == nullptr) {
+    PyErr_Clear();
+    throw std::runtime_error("fastcall: torch could not give the current stream");
+  }
+  void* out = PyLong_AsVoidPtr(s);
+  Py_DECREF(s);
+  return out;
+}
+
+bool aligned(const at::Tensor& t) {
+  if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16) return false;
+  return t.dim() == 1 || t.size(0) <= 1 || (t.stride(0) * t.element_size()) % 16 == 0;
+}
+
+int64_t row_stride_bytes(const at::Tensor& t) {
+  return (t.size(0) > 1 ? t.stride(0) : t.size(1)) * t.element_size();
+}
+
+// fp32 scales [t, groups] in the layout's strides (as ops/quant.py's empty_scales).
+at::Tensor empty_scales(int64_t t, const Plan& p, const at::Tensor& like) {
+  const auto opts = like.options().dtype(at::kFloat);
+  if (p.layout == kRow) return at::empty({t, p.groups}, opts);
+  const int64_t stride = p.layout == kCol ? t : (t + 3) / 4 * 4;
+  return at::empty({p.groups, stride}, opts).narrow(1, 0, t).t();
+}
+
+// C++ exceptions (an allocation that fails, a device error) become Python errors.
+#define GUARDED(...)                                    \
+  try {                                                 \
+    __VA_ARGS__                                         \
+  } catch (const std::exception& e) {                   \
+    PyErr_SetString(PyExc_RuntimeError, e.what());      \
+    return nullptr;                                     \
+  }
+
+PyObject* launch_failed(const Plan& p, int rc) {
+  PyErr_Format(PyExc_RuntimeError, "%s: kernel launch failed with GPU runtime error %d",
+               p.uri.c_str(), rc);
+  return nullptr;
+}
+
+PyObject* pair(at::Tensor a, at::Tensor b) {
+  PyObject* out = PyTuple_New(2);
+  PyTuple_SET_ITEM(out, 0, THPVariable_Wrap(std::move(a)));
+  PyTuple_SET_ITEM(out, 1, THPVariable_Wrap(std::move(b)));
+  return out;
+}
+
+using QuantFn = int (*)(const void*, void*, void*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                        void*);
+using NormFn = int (*)(const void*, void*, const void*, void*, int64_t, int64_t, int64_t, int64_t,
+                       float, void*);
+using NormQuantFn = int (*)(const void*, void*, const void*, void*, void*, void*, int64_t,
+                            int64_t, int64_t, int64_t, int64_t, int64_t, float, void*);
+using GemmFn = int (*)(const void*, const void*, const void*, const void*, void*, int64_t,
+                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       void*);
+
+// quant(param_id, x) -> (q, scales) or None
+PyObject* quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  GUARDED(
+  if (n != 2) return PyErr_Format(PyExc_TypeError, "quant: 2 arguments");
+  const Plan* p = find(make_key(kQuant, a[0], a + 1, 1, true));
+  if (p == nullptr) Py_RETURN_NONE;
+  const at::Tensor& x = tensor(a[1]);
+  const int64_t t = x.size(0), h = x.size(1);
+  at::Tensor q = at::empty({t, h}, x.options().dtype(p->out_dtype));
+  at::Tensor s = empty_scales(t, *p, x);
+  if (t > 0) {
+    const int64_t col = p->layout == kCol ? t : (t + 3) / 4 * 4;
+    const int rc = reinterpret_cast<QuantFn>(p->fn)(
+        x.data_ptr(), ptr(q), ptr(s), t * p->groups, p->groups, x.stride(0) * x.element_size(),
+        col, p->grid_waves, stream(x));
+    if (rc) return launch_failed(*p, rc);
+  }
+  return pair(std::move(q), std::move(s));
+  )
+}
+
+// norm(param_id, x, residual or None, weight) -> y or None: rmsnorm / fused_add_rmsnorm with
+// 16-byte loads (the plan's kernel); other alignments take the Python path.
+PyObject* norm(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  GUARDED(
+  if (n != 4) return PyErr_Format(PyExc_TypeError, "norm: 4 arguments");
+  const Plan* p = find(make_key(kNorm, a[0], a + 1, 3, true));
+  if (p == nullptr) Py_RETURN_NONE;
+  const at::Tensor& x = tensor(a[1]);
+  const bool res = a[2] != Py_None;
+  const at::Tensor& w = tensor(a[3]);
+  const int64_t t = x.size(0), h = x.size(1);
+  if (t > kMaxRows || !aligned(x) || !aligned(w) ||
+      (res && (tensor(a[2]).size(0) != t || !aligned(tensor(a[2]))))) {
+    Py_RETURN_NONE;
+  }
+  at::Tensor y = at::empty({t, h}, x.options());
+  if (t > 0) {
+    const int rc = reinterpret_cast<NormFn>(p->fn)(
+        x.data_ptr(), res ? ptr(tensor(a[2])) : nullptr, w.data_ptr(), ptr(y), t, h,
+        row_stride_bytes(x), res ? row_stride_bytes(tensor(a[2])) : 0, p->eps, stream(x));
+    if (rc) return launch_failed(*p, rc);
+  }
+  return THPVariable_Wrap(std::move(y));
+  )
+}
+
+// norm_quant(param_id, x, weight, residual or None) -> (q, scales) or None: rmsnorm_group_quant
+// with aligned rows (no copies) and no unquantized output.
+PyObject* norm_quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  GUARDED(
+  if (n != 4) return PyErr_Format(PyExc_TypeError, "norm_quant: 4 arguments");
+  const Plan* p = find(make_key(kNormQuant, a[0], a + 1, 3, true));
+  if (p == nullptr) Py_RETURN_NONE;
+  const at::Tensor& x = tensor(a[1]);
+  const at::Tensor& w = tensor(a[2]);
+  const bool res = a[3] != Py_None;
+  const int64_t t = x.size(0), h = x.size(1);
+  if (t > kMaxRows || !aligned(x) || !aligned(w) ||
+      (res && (tensor(a[3]).size(0) != t || !aligned(tensor(a[3]))))) {
+    Py_RETURN_NONE;
+  }
+  at::Tensor q = at::empty({t, h}, x.options().dtype(p->out_dtype));
+  at::Tensor s = empty_scales(t, *p, x);
+  if (t > 0) {
+    const int rc = reinterpret_cast<NormQuantFn>(p->fn)(
+        x.data_ptr(), res ? ptr(tensor(a[3])) : nullptr, w.data_ptr(), ptr(q), ptr(s), nullptr,
+        t, h, row_stride_bytes(x), res ? row_stride_bytes(tensor(a[3])) : 0, s.stride(0),
+        s.stride(1), p->eps, stream(x));
+    if (rc) return launch_failed(*p, rc);
+  }
+  return pair(std::move(q), std::move(s));
+  )
+}
+
+// gemm(param_id, a, a_scales, b, b_scales) -> out or None
+PyObject* gemm(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  GUARDED(
+  if (n != 5) return PyErr_Format(PyExc_TypeError, "gemm: 5 arguments");
+  const Plan* p = find(make_key(kGemm, a[0], a + 1, 4, false));
+  if (p == nullptr) Py_RETURN_NONE;
+  const at::Tensor &A = tensor(a[1]), &B = tensor(a[3]);
+  if (reinterpret_cast<uintptr_t>(A.data_ptr()) % 16 ||
+      reinterpret_cast<uintptr_t>(B.data_ptr()) % 16) {
+    Py_RETURN_NONE;
+  }
+  const int64_t* g = p->gemm_args;
+  at::Tensor out = at::empty({g[0], g[1]}, A.options().dtype(p->out_dtype));
+  if (g[0] > 0 && g[1] > 0) {
+    const int rc = reinterpret_cast<GemmFn>(p->fn)(
+        A.data_ptr(), B.data_ptr(), tensor(a[2]).data_ptr(), tensor(a[4]).data_ptr(), ptr(out),
+        g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], stream(A));
+    if (rc) return launch_failed(*p, rc);
+  }
+  return THPVariable_Wrap(std::move(out));
+  )
+}
+
+// record(op, param_id, tensors, fn, uri, out_dtype, ints, eps): the plan for the signature of
+// tensors (a tuple of tensors / None), as the Python path checked and launched it. ints: groups,
+// layout, grid_waves (quant ops), or the launcher's 9 integers (gemm).
+PyObject* record(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  GUARDED(
+  if (n != 8 || !PyTuple_Check(a[2]) || !PyTuple_Check(a[6]) || !THPDtype_Check(a[5])) {
+    return PyErr_Format(PyExc_TypeError, "record: (op, param_id, tensors, fn, uri, dtype, ints, "
+                                         "eps)");
+  }
+  const Op op = Op(PyLong_AsLongLong(a[0]));
+  const int nt = int(PyTuple_GET_SIZE(a[2]));
+  std::vector<PyObject*> ts(nt);
+  for (int i = 0; i < nt; ++i) ts[i] = PyTuple_GET_ITEM(a[2], i);
+  Key key = make_key(op, a[1], ts.data(), nt, op != kGemm);
+  if (key.empty()) return PyErr_Format(PyExc_TypeError, "record: tensors or None");
+  auto p = std::make_unique<Plan>();
+  p->fn = PyLong_AsVoidPtr(a[3]);
+  const char* uri = PyUnicode_AsUTF8(a[4]);
+  if (uri == nullptr) return nullptr;
+  p->uri = uri;
+  p->out_dtype = reinterpret_cast<THPDtype*>(a[5])->scalar_type;
+  const Py_ssize_t ni = PyTuple_GET_SIZE(a[6]);
+  std::vector<int64_t> ints(ni);
+  for (Py_ssize_t i = 0; i < ni; ++i) ints[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(a[6], i));
+  if (op == kGemm) {
+    if (ni != 9) return PyErr_Format(PyExc_ValueError, "record: gemm takes 9 integers");
+    for (int i = 0; i < 9; ++i) p->gemm_args[i] = ints[i];
+  } else if (ni == 3) {
+    p->groups = ints[0], p->layout = ints[1], p->grid_waves = ints[2];
+  }
+  p->eps = float(PyFloat_AsDouble(a[7]));
+  if (PyErr_Occurred()) return nullptr;
+  plans[std::move(key)] = std::move(p);
+  Py_RETURN_NONE;
+  )
+}
+
+PyObject* set_stream_getter(PyObject*, PyObject* fn) {
+  Py_XDECREF(raw_stream);
+  Py_INCREF(fn);
+  raw_stream = fn;
+  Py_RETURN_NONE;
+}
+
+PyObject* clear(PyObject*, PyObject*) {
+  plans.clear();
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"quant", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(quant)), METH_FASTCALL, ""},
+    {"norm", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(norm)), METH_FASTCALL, ""},
+    {"norm_quant", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(norm_quant)),
+     METH_FASTCALL, ""},
+    {"gemm", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(gemm)), METH_FASTCALL, ""},
+    {"record", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(record)), METH_FASTCALL,
+     ""},
+    {"set_stream_getter", set_stream_getter, METH_O, ""},
+    {"clear", clear, METH_NOARGS, ""},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "codegen_fastcall", nullptr, -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit_codegen_fastcall() { return PyModule_Create(&module); }

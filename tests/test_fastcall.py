@@ -1,0 +1,168 @@
+"""The C++ eager path (codegen/csrc/fastcall.cpp) passes the launchers exactly what the Python
+path passes, allocates the same outputs, and declines (None) every call its plan does not cover.
+
+On the CPU: the launchers are recorders (a small C library built here) behind a stand-in
+device, the Python path runs through the emulated-device hook, and the C++ path through plans
+recorded by hand for the same calls.
+"""
+import ctypes
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from codegen import ops
+from codegen.families import get as family
+from codegen.ops import _common, _fast
+
+RECORDERS = r"""
+#include <stdint.h>
+int64_t last[16];
+float last_eps;
+#define P(i) last[i] = (int64_t)a##i
+int rec_quant(void* a0, void* a1, void* a2, int64_t a3, int64_t a4, int64_t a5, int64_t a6,
+              int64_t a7, void* a8) { P(0); P(1); P(2); P(3); P(4); P(5); P(6); P(7); P(8); return 0; }
+int rec_norm(void* a0, void* a1, void* a2, void* a3, int64_t a4, int64_t a5, int64_t a6,
+             int64_t a7, float e, void* a8) {
+  P(0); P(1); P(2); P(3); P(4); P(5); P(6); P(7); P(8); last_eps = e; return 0; }
+int rec_norm_quant(void* a0, void* a1, void* a2, void* a3, void* a4, void* a5, int64_t a6,
+                   int64_t a7, int64_t a8, int64_t a9, int64_t a10, int64_t a11, float e,
+                   void* a12) {
+  P(0); P(1); P(2); P(3); P(4); P(5); P(6); P(7); P(8); P(9); P(10); P(11); P(12);
+  last_eps = e; return 0; }
+int rec_gemm(void* a0, void* a1, void* a2, void* a3, void* a4, int64_t a5, int64_t a6,
+             int64_t a7, int64_t a8, int64_t a9, int64_t a10, int64_t a11, int64_t a12,
+             int64_t a13, void* a14) {
+  P(0); P(1); P(2); P(3); P(4); P(5); P(6); P(7); P(8); P(9); P(10); P(11); P(12); P(13);
+  P(14); return 0; }
+"""
+FAMILIES = {"group_quant_fp8": "rec_quant", "rmsnorm": "rec_norm",
+            "rmsnorm_group_quant": "rec_norm_quant", "gemm_a8w8_blockscale": "rec_gemm"}
+
+
+@pytest.fixture(scope="module")
+def fast():
+    mod = _fast.module()
+    if mod is None:
+        pytest.skip("the C++ path could not be built here")
+    return mod
+
+
+@pytest.fixture(scope="module")
+def lib(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler")
+    d = tmp_path_factory.mktemp("rec")
+    (d / "rec.c").write_text(RECORDERS)
+    subprocess.run([cc, "-O1", "-shared", "-fPIC", str(d / "rec.c"), "-o", str(d / "rec.so")],
+                   check=True)
+    return ctypes.CDLL(str(d / "rec.so"))
+
+
+class Recording:
+    """A stand-in device whose every launcher records its arguments."""
+    arch = "sm_90a"
+
+    def __init__(self, lib):
+        self.lib = lib
+
+    def kernel(self, variant):
+        fn = getattr(self.lib, FAMILIES[variant.family])
+        fn.argtypes = family(variant.family).ARGTYPES
+        fn.restype = ctypes.c_int
+        return fn
+
+    def last(self, n):
+        return list((ctypes.c_int64 * 16).in_dll(self.lib, "last")[:n])
+
+
+@pytest.fixture
+def device(lib, fast):
+    dev = Recording(lib)
+    _common.attach_emulated(dev)
+    yield dev
+    _common.attach_emulated(None)
+
+
+def _addr(lib, name):
+    return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+
+
+def _same_output(a, b):
+    assert (a.shape, a.stride(), a.dtype) == (b.shape, b.stride(), b.dtype)
+
+
+def _compare(dev, n, run_python, run_fast, out_slots):
+    """Both paths' outputs have one shape, strides and dtype, and their launches the same
+    arguments but the output pointers (each path's own outputs')."""
+    py = run_python()
+    py_args = dev.last(n)
+    fa = run_fast()
+    fa_args = dev.last(n)
+    py, fa = (py if isinstance(py, tuple) else (py,)), (fa if isinstance(fa, tuple) else (fa,))
+    for a, b in zip(py, fa):
+        _same_output(a, b)
+    for slot, t in zip(out_slots, fa):
+        assert fa_args[slot] == t.data_ptr()
+        py_args[slot] = fa_args[slot]
+    assert py_args == fa_args
+
+
+@pytest.mark.parametrize("layout", ["row", "col", "col_tma"])
+@pytest.mark.parametrize("t", [1, 5])
+def test_quant(device, fast, lib, layout, t):
+    x = torch.randn(t, 256).to(torch.bfloat16)
+    pid = _fast.param_id((128, layout, False, None, None))
+    fast.record(_fast.QUANT, pid, (x,), _addr(lib, "rec_quant"), "u", torch.float8_e4m3fn,
+                (2, _fast.LAYOUTS[layout], 4), 0.0)
+    _compare(device, 9, lambda: ops.per_token_group_quant_fp8(x, scale_layout=layout),
+             lambda: fast.quant(pid, x), (1, 2))
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_norm(device, fast, lib, residual):
+    x, w = torch.randn(6, 512).to(torch.bfloat16), torch.randn(512).to(torch.bfloat16)
+    r = torch.randn(6, 512).to(torch.bfloat16) if residual else None
+    name = "fused_add_rmsnorm" if residual else "rmsnorm"
+    pid = _fast.param_id((name, 1e-6))
+    fast.record(_fast.NORM, pid, (x, r, w), _addr(lib, "rec_norm"), "u", x.dtype, (), 1e-6)
+    run = (lambda: ops.fused_add_rmsnorm(x, r, w)) if residual else (lambda: ops.rmsnorm(x, w))
+    _compare(device, 9, run, lambda: fast.norm(pid, x, r, w), (3,))
+    # a row start off 16 bytes, a residual of other rows: the Python path's calls
+    shifted = torch.empty(6 * 512 + 1, dtype=x.dtype)[1:].view(6, 512)
+    assert fast.norm(pid, shifted, r, w) is None
+    if residual:
+        assert fast.norm(pid, x, r[:4], w) is None
+    else:
+        assert fast.norm(pid, x[1:], r, w).shape == (5, 512)   # any row count, one plan
+
+
+@pytest.mark.parametrize("layout", ["row", "col_tma"])
+def test_norm_quant(device, fast, lib, layout):
+    x, w = torch.randn(3, 256).to(torch.bfloat16), torch.randn(256).to(torch.bfloat16)
+    pid = _fast.param_id(("rmsnorm_group_quant", 1e-6, 128, layout, False, None))
+    fast.record(_fast.NORM_QUANT, pid, (x, w, None), _addr(lib, "rec_norm_quant"), "u",
+                torch.float8_e4m3fn, (2, _fast.LAYOUTS[layout], 0), 1e-6)
+    _compare(device, 13, lambda: ops.rmsnorm_group_quant(x, w, scale_layout=layout),
+             lambda: fast.norm_quant(pid, x, w, None), (3, 4))
+
+
+def test_gemm(device, fast, lib):
+    fp8 = torch.float8_e4m3fn
+    a, b = torch.zeros(3, 256, dtype=fp8), torch.zeros(200, 256, dtype=fp8)
+    sa, sb = torch.ones(2, 3).t(), torch.ones(2, 2)
+    ops.gemm_a8w8_blockscale(a, sa, b, sb)       # picks and checks the kernel
+    py_args = device.last(15)
+    fast.record(_fast.GEMM, 0, (a, sa, b, sb), _addr(lib, "rec_gemm"), "u", torch.bfloat16,
+                tuple(py_args[5:14]), 0.0)
+    _compare(device, 15, lambda: ops.gemm_a8w8_blockscale(a, sa, b, sb),
+             lambda: fast.gemm(0, a, sa, b, sb), (4,))
+    assert fast.gemm(0, a[:2], sa[:2], b, sb) is None      # another M: another plan
+
+
+def test_no_plan_no_call(fast):
+    x = torch.randn(2, 384).to(torch.bfloat16)
+    assert fast.quant(_fast.param_id(("never", "recorded")), x) is None
+    assert fast.quant(_fast.param_id(("never", "recorded")), "not a tensor") is None
