@@ -31,6 +31,11 @@ int rec_norm_quant(void* a0, void* a1, void* a2, void* a3, void* a4, void* a5, i
                    void* a12) {
   P(0); P(1); P(2); P(3); P(4); P(5); P(6); P(7); P(8); P(9); P(10); P(11); P(12);
   last_eps = e; return 0; }
+int rec_dual(void* a0, void* a1, void* a2, void* a3, void* a4, void* a5, void* a6, int64_t a7,
+             int64_t a8, int64_t a9, int64_t a10, int64_t a11, int64_t a12, int64_t a13,
+             float e, void* a14) {
+  P(0); P(1); P(2); P(3); P(4); P(5); P(6); P(7); P(8); P(9); P(10); P(11); P(12); P(13);
+  P(14); last_eps = e; return 0; }
 int rec_gemm(void* a0, void* a1, void* a2, void* a3, void* a4, int64_t a5, int64_t a6,
              int64_t a7, int64_t a8, int64_t a9, int64_t a10, int64_t a11, int64_t a12,
              int64_t a13, void* a14) {
@@ -38,7 +43,8 @@ int rec_gemm(void* a0, void* a1, void* a2, void* a3, void* a4, int64_t a5, int64
   P(14); return 0; }
 """
 FAMILIES = {"group_quant_fp8": "rec_quant", "rmsnorm": "rec_norm",
-            "rmsnorm_group_quant": "rec_norm_quant", "gemm_a8w8_blockscale": "rec_gemm"}
+            "rmsnorm_group_quant": "rec_norm_quant", "gemm_a8w8_blockscale": "rec_gemm",
+            "dual_rmsnorm_group_quant": "rec_dual"}
 
 
 @pytest.fixture(scope="module")
@@ -129,14 +135,17 @@ def test_norm(device, fast, lib, residual):
     pid = _fast.param_id((name, 1e-6))
     fast.record(_fast.NORM, pid, (x, r, w), _addr(lib, "rec_norm"), "u", x.dtype, (), 1e-6)
     run = (lambda: ops.fused_add_rmsnorm(x, r, w)) if residual else (lambda: ops.rmsnorm(x, w))
-    _compare(device, 9, run, lambda: fast.norm(pid, x, r, w), (3,))
+    _compare(device, 9, run, lambda: fast.norm(pid, x, r, w, None), (3,))
+    y = torch.empty_like(x)
+    assert fast.norm(pid, x, r, w, y) is y and device.last(4)[3] == y.data_ptr()
+    assert fast.norm(pid, x, r, w, torch.empty(6, 256, dtype=x.dtype)) is None   # not x's shape
     # a row start off 16 bytes, a residual of other rows: the Python path's calls
     shifted = torch.empty(6 * 512 + 1, dtype=x.dtype)[1:].view(6, 512)
-    assert fast.norm(pid, shifted, r, w) is None
+    assert fast.norm(pid, shifted, r, w, None) is None
     if residual:
-        assert fast.norm(pid, x, r[:4], w) is None
+        assert fast.norm(pid, x, r[:4], w, None) is None
     else:
-        assert fast.norm(pid, x[1:], r, w).shape == (5, 512)   # any row count, one plan
+        assert fast.norm(pid, x[1:], r, w, None).shape == (5, 512)   # any row count, one plan
 
 
 @pytest.mark.parametrize("layout", ["row", "col_tma"])
@@ -147,6 +156,18 @@ def test_norm_quant(device, fast, lib, layout):
                 torch.float8_e4m3fn, (2, _fast.LAYOUTS[layout], 0), 1e-6)
     _compare(device, 13, lambda: ops.rmsnorm_group_quant(x, w, scale_layout=layout),
              lambda: fast.norm_quant(pid, x, w, None), (3, 4))
+
+
+def test_dual(device, fast, lib):
+    bf = torch.bfloat16
+    q, kv = torch.randn(4, 1536).to(bf), torch.randn(4, 512).to(bf)
+    qw, kw = torch.randn(1536).to(bf), torch.randn(512).to(bf)
+    pid = _fast.param_id(("dual", 1e-6, 128, "col", False, None))
+    fast.record(_fast.DUAL, pid, (q, qw, kv, kw), _addr(lib, "rec_dual"), "u",
+                torch.float8_e4m3fn, (12, _fast.LAYOUTS["col"], 0), 1e-6)
+    _compare(device, 15, lambda: ops.dual_rmsnorm_group_quant(q, qw, kv, kw, scale_layout="col"),
+             lambda: fast.dual(pid, q, qw, kv, kw), (2, 3, 6))
+    assert fast.dual(pid, q, qw, kv[:3], kw) is None
 
 
 def test_gemm(device, fast, lib):

@@ -30,7 +30,7 @@ struct KeyHash {
   }
 };
 
-enum Op : int64_t { kQuant = 1, kNorm, kNormQuant, kGemm };
+enum Op : int64_t { kQuant = 1, kNorm, kNormQuant, kGemm, kDual };
 enum Layout : int64_t { kRow = 0, kCol, kColTma };
 
 constexpr int64_t kMaxRows = (int64_t(1) << 31) - 1;
@@ -172,11 +172,12 @@ PyObject* quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
   )
 }
 
-// norm(param_id, x, residual or None, weight) -> y or None: rmsnorm / fused_add_rmsnorm with
-// 16-byte loads (the plan's kernel); other alignments take the Python path.
+// norm(param_id, x, residual or None, weight, out or None) -> y or None: rmsnorm /
+// fused_add_rmsnorm with 16-byte loads (the plan's kernel); other alignments take the Python
+// path. out: written instead of a new y (contiguous, x's shape, dtype and device; may be x).
 PyObject* norm(PyObject*, PyObject* const* a, Py_ssize_t n) {
   GUARDED(
-  if (n != 4) return PyErr_Format(PyExc_TypeError, "norm: 4 arguments");
+  if (n != 5) return PyErr_Format(PyExc_TypeError, "norm: 5 arguments");
   const Plan* p = find(make_key(kNorm, a[0], a + 1, 3, true));
   if (p == nullptr) Py_RETURN_NONE;
   const at::Tensor& x = tensor(a[1]);
@@ -187,7 +188,17 @@ PyObject* norm(PyObject*, PyObject* const* a, Py_ssize_t n) {
       (res && (tensor(a[2]).size(0) != t || !aligned(tensor(a[2]))))) {
     Py_RETURN_NONE;
   }
-  at::Tensor y = at::empty({t, h}, x.options());
+  at::Tensor y;
+  if (a[4] == Py_None) {
+    y = at::empty({t, h}, x.options());
+  } else {
+    if (!THPVariable_Check(a[4])) Py_RETURN_NONE;
+    y = tensor(a[4]);
+    if (y.sizes() != x.sizes() || y.scalar_type() != x.scalar_type() ||
+        y.device() != x.device() || !y.is_contiguous() || !aligned(y)) {
+      Py_RETURN_NONE;
+    }
+  }
   if (t > 0) {
     const int rc = reinterpret_cast<NormFn>(p->fn)(
         x.data_ptr(), res ? ptr(tensor(a[2])) : nullptr, w.data_ptr(), ptr(y), t, h,
@@ -223,6 +234,41 @@ PyObject* norm_quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
     if (rc) return launch_failed(*p, rc);
   }
   return pair(std::move(q), std::move(s));
+  )
+}
+
+using DualFn = int (*)(const void*, const void*, void*, void*, const void*, const void*, void*,
+                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
+                       void*);
+
+// dual(param_id, q, q_weight, kv, kv_weight) -> (q_fp8, q_scales, kv_out) or None
+PyObject* dual(PyObject*, PyObject* const* a, Py_ssize_t n) {
+  GUARDED(
+  if (n != 5) return PyErr_Format(PyExc_TypeError, "dual: 5 arguments");
+  const Plan* p = find(make_key(kDual, a[0], a + 1, 4, true));
+  if (p == nullptr) Py_RETURN_NONE;
+  const at::Tensor &q = tensor(a[1]), &qw = tensor(a[2]), &kv = tensor(a[3]),
+                   &kw = tensor(a[4]);
+  const int64_t t = q.size(0), hq = q.size(1), hkv = kv.size(1);
+  if (t > kMaxRows || kv.size(0) != t || !aligned(q) || !aligned(qw) || !aligned(kv) ||
+      !aligned(kw)) {
+    Py_RETURN_NONE;
+  }
+  at::Tensor q8 = at::empty({t, hq}, q.options().dtype(p->out_dtype));
+  at::Tensor s = empty_scales(t, *p, q);
+  at::Tensor kv_out = at::empty({t, hkv}, kv.options());
+  if (t > 0) {
+    const int rc = reinterpret_cast<DualFn>(p->fn)(
+        q.data_ptr(), qw.data_ptr(), ptr(q8), ptr(s), kv.data_ptr(), kw.data_ptr(), ptr(kv_out),
+        t, hq, hkv, row_stride_bytes(q), row_stride_bytes(kv), s.stride(0), s.stride(1),
+        p->eps, stream(q));
+    if (rc) return launch_failed(*p, rc);
+  }
+  PyObject* out = PyTuple_New(3);
+  PyTuple_SET_ITEM(out, 0, THPVariable_Wrap(std::move(q8)));
+  PyTuple_SET_ITEM(out, 1, THPVariable_Wrap(std::move(s)));
+  PyTuple_SET_ITEM(out, 2, THPVariable_Wrap(std::move(kv_out)));
+  return out;
   )
 }
 
@@ -304,6 +350,7 @@ PyMethodDef methods[] = {
     {"norm_quant", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(norm_quant)),
      METH_FASTCALL, ""},
     {"gemm", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(gemm)), METH_FASTCALL, ""},
+    {"dual", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(dual)), METH_FASTCALL, ""},
     {"record", reinterpret_cast<PyCFunction>(reinterpret_cast<void*>(record)), METH_FASTCALL,
      ""},
     {"set_stream_getter", set_stream_getter, METH_O, ""},

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import knobs
 
 SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "fastcall.cpp"
-QUANT, NORM, NORM_QUANT, GEMM = 1, 2, 3, 4     # fastcall.cpp's Op
+QUANT, NORM, NORM_QUANT, GEMM, DUAL = 1, 2, 3, 4, 5     # fastcall.cpp's Op
 LAYOUTS = {"row": 0, "col": 1, "col_tma": 2}
 
 _lock = threading.Lock()

@@ -205,7 +205,7 @@ def _norm(x, residual, weight, eps, kernels=None, out=None, record=None):
         return y
     # 16-byte accesses when every row of every operand starts on a 16-byte boundary
     vector = (h * x.element_size()) % 16 == 0 and _rows_aligned(x) and _rows_aligned(weight) \
-        and (residual is None or _rows_aligned(residual))
+        and _rows_aligned(y) and (residual is None or _rows_aligned(residual))
     hit = kernels.get(vector) if kernels is not None else None
     fn, uri = hit or _kernel(kernels, vector, "rmsnorm", x, dtype=DTYPE_NAMES[x.dtype],
                              residual=residual is not None, load="vec16" if vector else "scalar")
@@ -214,7 +214,7 @@ def _norm(x, residual, weight, eps, kernels=None, out=None, record=None):
             0 if residual is None else _row_stride_bytes(residual), eps, stream(x))
     if rc:
         check_rc(rc, uri)
-    if record is not None and vector and out is None:
+    if record is not None and vector:
         _record(_fast.NORM, record, (x, residual, weight), (fn, uri), x.dtype, (), eps)
     return y
 
@@ -263,10 +263,9 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
         return _check_eps(eps)
     if _is_compiling():
         return _into(out, torch.ops.codegen.rmsnorm(x, weight, check()))
-    if out is None:
-        y = _fast_call("norm", ("rmsnorm", eps), x, None, weight)
-        if y is not None:
-            return y
+    y = _fast_call("norm", ("rmsnorm", eps), x, None, weight, out)
+    if y is not None:
+        return y
     plan = _planned(("rmsnorm", eps), (x, weight), check)
     _check_row_count("x", x)
     if out is not None:
@@ -289,10 +288,9 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         return _check_eps(eps)
     if _is_compiling():
         return _into(out, torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, check()))
-    if out is None:
-        y = _fast_call("norm", ("fused_add_rmsnorm", eps), x, residual, weight)
-        if y is not None:
-            return y
+    y = _fast_call("norm", ("fused_add_rmsnorm", eps), x, residual, weight, out)
+    if y is not None:
+        return y
     plan = _planned(("fused_add_rmsnorm", eps), (x, residual, weight), check)
     _check_row_count("x", x)
     if residual.shape[0] != x.shape[0]:
@@ -427,13 +425,15 @@ def _dual_fake(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0,
 
 
 def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0, fp8_max,
-               fp8_dtype, kernels=None):
+               fp8_dtype, kernels=None, record=None):
     t, hq = q.shape
     hkv = kv.shape[1]
     q_fp8, q_scales = _quant_outputs(q, group_size, scale_layout, fp8_dtype)
     kv_out = kv.new_empty((t, hkv))
     if t == 0:
         return q_fp8, q_scales, kv_out
+    keep = (q, q_weight, kv, kv_weight) if record is not None and all(
+        map(_rows_aligned, (q, q_weight, kv, kv_weight))) else None
     q, q_weight, kv, kv_weight = map(_aligned_copy, (q, q_weight, kv, kv_weight))
     hit = kernels.get(bool(ue8m0)) if kernels is not None else None
     fn, uri = hit or _kernel(kernels, bool(ue8m0), "dual_rmsnorm_group_quant", q,
@@ -444,6 +444,9 @@ def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0,
             _row_stride_bytes(q), _row_stride_bytes(kv), q_scales.stride(0),
             q_scales.stride(1), eps, stream(q))
     check_rc(rc, uri)
+    if keep is not None:
+        _record(_fast.DUAL, record, keep, (fn, uri), fp8_dtype,
+                (hq // group_size, _fast.LAYOUTS[scale_layout], 0), eps)
     return q_fp8, q_scales, kv_out
 
 
@@ -486,13 +489,17 @@ def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.
         return torch.ops.codegen.dual_rmsnorm_group_quant(
             q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0), fmax,
             fp8_dtype)
+    params = ("dual", eps, group_size, scale_layout, bool(ue8m0), fp8_max)
+    out = _fast_call("dual", params, q, q_weight, kv, kv_weight)
+    if out is not None:
+        return out
     plan = _planned(("dual", eps, group_size, scale_layout, fp8_max),
                     (q, q_weight, kv, kv_weight), check)
     eps, fp8_dtype, fmax = plan.value
     _check_row_count("q", q)
     _check_dual_rows(q, kv)
     return _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0),
-                      fmax, fp8_dtype, plan.kernels)
+                      fmax, fp8_dtype, plan.kernels, params if plan.kernels is not None else None)
 
 
 def _check_dual_rows(q, kv) -> None:
