@@ -34,8 +34,10 @@ def candidates(arch: str) -> list[dict]:
               for sk in (1, 2, 4, 8)]
     cands += [c("lds", bm, bn, stages=2, atom=a) for bm in (32, 64, 128) for bn in (32, 64, 128)
               for a in ("", *fam.LARGE_ATOMS)]
-    cands += [c(kernel, bm, bn, stages=s) for kernel in ("wgmma", "tma") for bm in (64, 128)
-              for bn in (64, 128) for s in (4, 5, 6)]
+    cands += [c("wgmma", bm, bn, stages=s) for bm in (64, 128) for bn in (64, 128)
+              for s in (4, 5, 6)]
+    cands += [c("tma", bm, bn, stages=s) for bm in (64, 128) for bn in fam.TMA_WIDTHS
+              for s in (4, 5, 6)]
     fp8 = get_target(arch).fp8_formats[0]
     out = []
     for cfg in cands:

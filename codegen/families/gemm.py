@@ -34,6 +34,7 @@ LDS_WAVE_TILE = 32   # lds kernel: M and N of one wave's tile
 LDS_PAD = 16         # lds kernel: bytes after each staged 128-byte row (LDS bank spread)
 GEMV_UNROLL = 4     # gemv kernel: 16-byte pieces of B in flight per lane
 LDS_MAX_PIECES = 8   # lds kernel: 16-byte pieces a thread may stage per K block
+TMA_WIDTHS = (64, 96, 112, 128)   # tma kernel: tile N (96 and 112 fill the SMs better at some N)
 NVIDIA_STATIC_SMEM = 48 * 1024   # static shared memory a CUDA kernel may declare
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 # (N, K) of the block-FP8 linear layers the table is tuned and benchmarked on (DeepSeek-V3's)
@@ -124,6 +125,15 @@ def wgmma_smem_bytes(v: Variant) -> int:
     return v["stages"] * (bm + bn) * SCALE_BLOCK + 1024 + extra
 
 
+def tma_straddles(bn: int) -> list[int]:
+    """tma kernel: the tile columns at which a tile of width bn (starting at a multiple of bn)
+    may cross into the next 128-column weight-scale block."""
+    if SCALE_BLOCK % bn == 0:
+        return []
+    cols = {SCALE_BLOCK - n0 % SCALE_BLOCK for n0 in range(0, bn * SCALE_BLOCK, bn)}
+    return sorted(c for c in cols if c < bn)
+
+
 def block_threads(v: Variant) -> int:
     if v["kernel"] == "wgmma":
         return 128 * (v["block_m"] // 64)
@@ -154,8 +164,9 @@ def validate(v: Variant) -> str | None:
         kernel = v["kernel"]
         if t.arch != "sm_90a":
             return f"kernel={kernel} needs sm_90a (warpgroup MMA)"
-        if bm not in (64, 128) or bn not in (64, 128):
-            return f"{kernel} tiles are 64 or 128 in M and N, not {bm}x{bn}"
+        widths = (64, 128) if kernel == "wgmma" else TMA_WIDTHS
+        if bm not in (64, 128) or bn not in widths:
+            return f"{kernel} tiles are 64 or 128 in M and {widths} in N, not {bm}x{bn}"
         least = 3 if kernel == "wgmma" else 2
         if v["split_k"] != 1 or v["stages"] < least:
             return f"{kernel} takes split_k=1 and {least} or more stages"
@@ -229,7 +240,8 @@ def validate_lds(v: Variant, atom: Atom) -> str | None:
 def context(v: Variant) -> dict:
     ctx = dict(block_m=v["block_m"], block_n=v["block_n"], block=block_threads(v))
     if v["kernel"] in ("wgmma", "tma"):
-        return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v))
+        return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v),
+                    straddles=tma_straddles(v["block_n"]))
     if v["kernel"] == "gemv":
         return dict(ctx, split_k=v["split_k"], unroll=GEMV_UNROLL)
     atom = atom_for(v.arch, v["kernel"], v["atom"])
