@@ -47,18 +47,16 @@ def tiers(dtype: str, wave: int) -> tuple[Tier, ...]:
 
     - 16 threads per row, 16 rows per 256-thread block: H <= 256 (e.g. per-head q/k norms);
     - a wave per row, 4 chunks per lane: H <= 2048 (wave64) / 1024 (wave32);
-    - wave32: 64 threads (two waves) per row, 3 chunks each up to H = 1536 (DeepSeek's q_a
-      norm), then 4 up to 2048. A wave holding 8 chunks per lane works through 6 of them one
-      after the other: H200, bf16, H = 1536, kernel time at T = 1 / 16 / 256 went from
-      2.21 / 2.46 / 2.82 to 1.81 / 2.02 / 2.40 us (rmsnorm) and 4.16 / 4.85 / 5.60 to
-      2.46 / 3.26 / 3.74 us (rmsnorm_group_quant), and no slower at T = 16384. 256 threads would
-      hold one chunk each behind a block barrier. 3 chunks instead of 4 at H <= 1536 frees
-      registers (rmsnorm 58 -> 47, fused_add_rmsnorm 69 -> 58):
-      H200, A/B, H = 1536, kernel time at T = 1 / 16 / 256 rmsnorm 1.92 / 2.04 / 2.45 ->
-      1.82 / 1.96 / 2.30 us, rmsnorm_group_quant 2.64 / 2.79 / 3.23 -> 2.58 / 2.59 / 3.01;
-      T = 4096: rmsnorm 11.9 -> 10.9 us, fused_add_rmsnorm 17.4 -> 17.2, rmsnorm_group_quant
-      14.2 -> 15.0 (its shared-memory grid of 5 blocks per SM leaves half the blocks one row
-      group of two); T = 16384: rmsnorm 30.7 -> 29.3, rmsnorm_group_quant 37.0 -> 36.0;
+    - wave32: 128 threads (four waves) per row, 2 chunks each, up to H = 2048 (DeepSeek's q_a
+      norm is 1536). Paired items put a 128-element quant group in 8 lanes; two waves holding 3
+      unpaired chunks each spent twice the shuffles and scale divisions per element. H200, bf16,
+      H = 1536, graph time at T = 1 / 16 / 256 / 4096 / 16384 against 64 threads x 3 chunks:
+      rmsnorm_group_quant 1.82 / 2.52 / 2.76 / 10.0 / 30.7 -> 1.43 / 2.07 / 2.42 / 8.88 / 27.5
+      us, fused_add_rmsnorm 1.76 / 2.43 / 2.87 / 14.3 / 50.3 -> 1.62 / 2.22 / 2.79 / 14.1 / 50.1,
+      rmsnorm 1.46 / 1.94 / 2.23 / 7.24 / 26.1 -> 1.35 / 1.90 / 2.22 / 7.77 / 26.9. A wave per
+      row with 6 chunks per lane: rmsnorm_group_quant 2.15 / 2.99 / 3.20 / 9.84 / 27.4,
+      fused_add_rmsnorm 2.30 / 3.28 / 3.72 / 15.9 / 53.6 (and 8 chunks per lane was slower at
+      small T still);
     - 256 threads per row, 2 chunks each: H <= 4096. The 4-chunk kernel of the next tier would
       take these rows at the same sum order, but its registers cost occupancy, and so loads in
       flight (H200, bf16, 2 chunks against 4: rmsnorm 16384 x 4096 79 -> 72 us, 16384 x 3072
@@ -70,7 +68,7 @@ def tiers(dtype: str, wave: int) -> tuple[Tier, ...]:
     - the same 1024 threads per row, reading the row twice: any longer row.
     """
     big = 2 if DTYPES[dtype][1] == 2 else 1
-    table = [Tier(16, 2, 256), Tier(wave, 4, 256), Tier(64, 3, 256), Tier(64, 4, 256),
+    table = [Tier(16, 2, 256), Tier(wave, 4, 256), Tier(128, 2, 256), Tier(64, 4, 256),
              Tier(256, 2, 256), Tier(256, 4, 256),
              Tier(MAX_BLOCK, big, MAX_BLOCK)]
     out: list[Tier] = []

@@ -45,9 +45,10 @@ def staging(target) -> tuple[int, Callable[[Tier], bool]]:
     memory (rmsnorm_rows_staged), so that the next rows load during the quant arithmetic of this
     one; the launcher takes it only for grids larger than fit on the device at once. Measured on
     the H200 (bf16, G=128): it pays for rows of one or two waves (16384 x 1536, a wave per row:
-    48 -> 39 us) and costs the 256-thread rows (4096 x 7168: 33.5 -> 36.7 us; 3 stages: 40.2),
-    whose quant arithmetic, not their loads, sets the time. AMD keeps the register path (as
-    rmsnorm: families/rmsnorm.py, staging)."""
+    48 -> 39 us; the 128-thread register rows that now take H = 1536 do it in 27.5) and costs
+    the 256-thread rows (4096 x 7168: 33.5 -> 36.7 us; 3 stages: 40.2), whose quant arithmetic,
+    not their loads, sets the time. AMD keeps the register path (as rmsnorm:
+    families/rmsnorm.py, staging)."""
     if target.is_hip:
         return 0, lambda t: False
     return 2, lambda t: not t.two_pass and target.wave_size <= t.tpr <= 64
