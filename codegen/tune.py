@@ -61,6 +61,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer M values")
     ap.add_argument("--ms", help="only these M values (comma-separated); the table's other "
                     "entries are kept")
+    ap.add_argument("--shapes", help="only these N x K (comma-separated, e.g. 576x7168); the "
+                    "table's other entries are kept")
     ap.add_argument("--out", help="table path (default: the repo's table for this arch)")
     args = ap.parse_args(argv)
     from .ops.gemm import gemm_with_config
@@ -78,7 +80,9 @@ def main(argv=None) -> int:
                       cands))
     print(f"compiled {len(cands)} candidates in {time.time() - t0:.1f} s", file=sys.stderr)
     entries = []
-    for n, k in fam.TUNED_SHAPES:
+    shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
+              if args.shapes else fam.TUNED_SHAPES)
+    for n, k in shapes:
         for m in ms:
             nbytes = m * k + n * k + m * n * 2
             sets = [(torch.randn(m, k, device="cuda").to(dtype),
@@ -107,7 +111,7 @@ def main(argv=None) -> int:
             print(f"M={m} N={n} K={k}: {us:.1f} us {entries[-1]['tflops']} TFLOP/s {best}",
                   file=sys.stderr)
     path = args.out or fam.table_path(arch)
-    if args.ms and fam.table_path(arch).exists():   # keep what was not retuned, in its place
+    if (args.ms or args.shapes) and fam.table_path(arch).exists():   # keep the rest in place
         merged = {(e["m"], e["n"], e["k"]): e
                   for e in json.loads(fam.table_path(arch).read_text())["entries"]}
         merged.update(((e["m"], e["n"], e["k"]), e) for e in entries)
