@@ -1,0 +1,100 @@
+"""L5: the C++ eager path on the GPU gives the Python path's bits, on the current stream (a
+graph captured on a side stream replays them), and takes calls of a recorded signature only."""
+import pytest
+import torch
+
+from codegen import ops
+from codegen.ops import _fast
+
+pytestmark = pytest.mark.gpu
+
+
+def _bits(t):
+    return t.view(torch.uint8) if t.element_size() == 1 else t
+
+
+def _same(a, b):
+    a, b = (a, b) if isinstance(a, tuple) else ((a,), (b,))
+    for u, v in zip(a, b):
+        assert (u.shape, u.stride(), u.dtype) == (v.shape, v.stride(), v.dtype)
+        assert torch.equal(_bits(u), _bits(v))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    if _fast.module() is None:
+        pytest.skip("the C++ path could not be built here")
+
+
+def _inputs(t, h, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    bf = torch.bfloat16
+    return (torch.randn(t, h, device="cuda", generator=g).to(bf),
+            torch.randn(h, device="cuda", generator=g).to(bf))
+
+
+CALLS = {
+    "quant": lambda x, w, r: ops.per_token_group_quant_fp8(x),
+    "quant col_tma": lambda x, w, r: ops.per_token_group_quant_fp8(x, 64,
+                                                                   scale_layout="col_tma"),
+    "rmsnorm": lambda x, w, r: ops.rmsnorm(x, w),
+    "rmsnorm out=": lambda x, w, r: ops.rmsnorm(x, w, out=torch.empty_like(x)),
+    "rmsnorm_group_quant": lambda x, w, r: ops.rmsnorm_group_quant(x, w),
+    "rmsnorm_group_quant col": lambda x, w, r: ops.rmsnorm_group_quant(x, w, scale_layout="col"),
+    "dual": lambda x, w, r: ops.dual_rmsnorm_group_quant(x[:, :1536], w[:1536],
+                                                          x[:, :512].contiguous(), w[:512]),
+}
+
+
+@pytest.mark.parametrize("name", CALLS)
+@pytest.mark.parametrize("t", [1, 37])
+def test_second_call_equals_first(name, t):
+    x, w = _inputs(t, 2048, t)
+    first = CALLS[name](x, w, None)        # the Python path; records the plan
+    second = CALLS[name](x, w, None)       # the C++ path
+    torch.cuda.synchronize()
+    _same(first, second)
+
+
+def test_fused_add_in_place_twice():
+    x, w = _inputs(9, 7168, 3)
+    r0 = torch.randn_like(x)
+    r1, r2 = r0.clone(), r0.clone()
+    y1, y2 = ops.fused_add_rmsnorm(x, r1, w), ops.fused_add_rmsnorm(x, r2, w)
+    torch.cuda.synchronize()
+    assert torch.equal(y1, y2) and torch.equal(r1, r2)
+
+
+def test_gemm_second_call_equals_first():
+    a = torch.randn(5, 7168, device="cuda").to(torch.bfloat16)
+    qa, sa = ops.per_token_group_quant_fp8(a)
+    b = torch.randn(576, 7168, device="cuda").to(qa.dtype)
+    sb = torch.rand(5, 56, device="cuda") + 0.5
+    _same(ops.gemm_a8w8_blockscale(qa, sa, b, sb), ops.gemm_a8w8_blockscale(qa, sa, b, sb))
+
+
+def test_graph_captured_on_a_side_stream_replays_the_calls():
+    x, w = _inputs(64, 7168, 5)
+    ref = (ops.rmsnorm(x, w), *ops.rmsnorm_group_quant(x, w), *ops.per_token_group_quant_fp8(x))
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):   # warm up on the side stream, as graph users do
+        ops.rmsnorm(x, w), ops.rmsnorm_group_quant(x, w), ops.per_token_group_quant_fp8(x)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = (ops.rmsnorm(x, w), *ops.rmsnorm_group_quant(x, w),
+               *ops.per_token_group_quant_fp8(x))
+    for o in out:
+        _bits(o).fill_(0x7F)
+    g.replay()
+    torch.cuda.synchronize()
+    _same(tuple(ref), tuple(out))
+
+
+def test_a_misaligned_call_after_an_aligned_one_is_still_right():
+    x, w = _inputs(8, 2048, 7)
+    ops.rmsnorm(x, w)
+    buf = torch.empty(8 * 2048 + 1, device="cuda", dtype=x.dtype)
+    shifted = buf[1:].view(8, 2048)
+    shifted.copy_(x)
+    _same(ops.rmsnorm(x, w), ops.rmsnorm(shifted, w))
