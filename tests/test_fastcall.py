@@ -142,6 +142,7 @@ def test_norm(device, fast, lib, residual):
     # a row start off 16 bytes, a residual of other rows: the Python path's calls
     shifted = torch.empty(6 * 512 + 1, dtype=x.dtype)[1:].view(6, 512)
     assert fast.norm(pid, shifted, r, w, None) is None
+    assert fast.norm(pid, x, r, torch.randn(256).to(x.dtype), None) is None   # another length
     if residual:
         assert fast.norm(pid, x, r[:4], w, None) is None
     else:
@@ -168,6 +169,7 @@ def test_dual(device, fast, lib):
     _compare(device, 15, lambda: ops.dual_rmsnorm_group_quant(q, qw, kv, kw, scale_layout="col"),
              lambda: fast.dual(pid, q, qw, kv, kw), (2, 3, 6))
     assert fast.dual(pid, q, qw, kv[:3], kw) is None
+    assert fast.dual(pid, q, qw, kv, kw[:256]) is None
 
 
 def test_gemm(device, fast, lib):

@@ -3,8 +3,9 @@
 // per-call checks (row count, alignment) fail, returns None and the Python path runs: it checks
 // everything, raises the errors that name the argument, and records a plan for next time.
 //
-// Signature of a tensor: dtype, device, sizes (the row count as 0, 1 or more where the plan does
-// not depend on it) and strides: what the Python checks read. Plans are keyed by the op, an id of
+// Signature of a tensor: dtype, device, sizes (the row count of a 2-D operand as 0, 1 or more
+// where the plan does not depend on it; a weight's length exactly) and strides: what the Python
+// checks read. Plans are keyed by the op, an id of
 // its other parameters (from Python) and the signatures of its tensors.
 #include <Python.h>
 
@@ -46,7 +47,7 @@ struct Plan {
 
 std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> plans;
 
-// Appends t's signature; false if o is not a tensor.
+// Appends t's signature; false if o is not a tensor. rows_open: 2-D tensors by 0, 1 or more rows.
 bool sign(Key& key, PyObject* o, bool rows_open) {
   if (!THPVariable_Check(o)) return false;
   const at::Tensor& t = THPVariable_Unpack(o);
@@ -56,7 +57,7 @@ bool sign(Key& key, PyObject* o, bool rows_open) {
   key.push_back(t.dim());
   for (int64_t d = 0; d < t.dim(); ++d) {
     const int64_t s = t.size(d);
-    key.push_back(d == 0 && rows_open ? (s < 2 ? s : 2) : s);
+    key.push_back(d == 0 && rows_open && t.dim() == 2 ? (s < 2 ? s : 2) : s);
     key.push_back(t.stride(d));
   }
   return true;
