@@ -19,17 +19,19 @@ LAYOUTS = {"row": 0, "col": 1, "col_tma": 2}
 
 _lock = threading.Lock()
 _state: dict = {}
-_param_ids: dict[tuple, int] = {}
+IDS: dict[tuple, int] = {}    # parameter tuple -> id
+MOD = None                    # the extension once built (the hot paths read it first)
 
 
 def module():
     """The built extension, or None (reason printed once)."""
+    global MOD
     mod = _state.get("mod", _state)
     if mod is not _state:
         return mod
     with _lock:
         if "mod" not in _state:
-            _state["mod"] = _build()
+            _state["mod"] = MOD = _build()
     return _state["mod"]
 
 
@@ -57,9 +59,9 @@ def _build():
 
 def param_id(params: tuple) -> int:
     """A small integer for the op's non-tensor parameters (part of a plan's key)."""
-    pid = _param_ids.get(params)
+    pid = IDS.get(params)
     if pid is None:
-        pid = _param_ids.setdefault(params, len(_param_ids))
+        pid = IDS.setdefault(params, len(IDS))
     return pid
 
 

@@ -116,10 +116,14 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     format (e4m3fnuz / 224 on gfx942, where 240 is also offered; e4m3fn / 448 elsewhere).
     """
     if not _is_compiling():   # the C++ path, where this call's signature has a plan
-        fast = _fast.module()
+        fast = _fast.MOD or _fast.module()
         if fast is not None:
-            out = fast.quant(_fast.param_id((group_size, scale_layout, ue8m0, fp8_dtype,
-                                             fp8_max)), x)
+            params = (group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
+            try:
+                pid = _fast.IDS.get(params)
+            except TypeError:     # unhashable: the Python path says what is wrong
+                pid = -1
+            out = fast.quant(_fast.param_id(params) if pid is None else pid, x)
             if out is not None:
                 return out
     # Everything but T is checked once per plan key; the eager path then allocates and launches.

@@ -179,11 +179,13 @@ def _fused_add_fake(x, residual, weight, eps):
 
 def _fast_call(name: str, params: tuple, *tensors):
     """The C++ path's result for this eager call, or None (no plan for its signature)."""
-    fast = _fast.module()
+    fast = _fast.MOD or _fast.module()
     if fast is None:
         return None
     try:
-        pid = _fast.param_id(params)
+        pid = _fast.IDS.get(params)
+        if pid is None:
+            pid = _fast.param_id(params)
     except TypeError:          # an unhashable parameter: the Python path says what is wrong
         return None
     return getattr(fast, name)(pid, *tensors)
