@@ -75,6 +75,7 @@ def cmd_build(args) -> int:
         raise CliError(str(e)) from None
     out = (args.out or paths.aot_dir()) / target.arch
     code = summarize(manifest, out)
+    _build_fast_path()
     if args.wheel is not None:
         from .build.wheel import pack
 
@@ -82,6 +83,18 @@ def cmd_build(args) -> int:
         print(f"wheel: {whl}\n  pip install {whl}   # then any process on a {target.arch} host "
               f"loads these modules with no JIT")
     return code
+
+
+def _build_fast_path() -> None:
+    """The ops' C++ eager path (host code, any target), so that no first call waits for it."""
+    import time
+
+    from .ops import _fast
+
+    t0 = time.time()
+    mod = _fast.module()
+    print(f"eager fast path: {'ready' if mod else 'not built (the ops use the Python path)'} "
+          f"({time.time() - t0:.1f} s)")
 
 
 def summarize(manifest: dict, out: Path) -> int:
