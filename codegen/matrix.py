@@ -33,6 +33,7 @@ class Atom:
     b_kgroup: str
     c: tuple[tuple[str, str], ...]   # (row, col) of each accumulator register of a lane
     lane_bytes: int = 8       # bytes of a row one lane feeds one instruction
+    cycles: int = 0           # issue-to-issue cycles on one SIMD (AMD; 0: not modelled)
 
     @property
     def chunk(self) -> int:
@@ -56,25 +57,27 @@ ATOMS = {a.name: a for a in (
     Atom("mfma_f32_16x16x32_fp8", "v_mfma_f32_16x16x32_fp8_fp8", 16, 16, 32, 64, 4,
          a_rows=("(lane & 15)",), a_kgroup="(lane >> 4)",
          b_col="(lane & 15)", b_kgroup="(lane >> 4)",
-         c=tuple((f"((lane >> 4) * 4 + {i})", "(lane & 15)") for i in range(4))),
+         c=tuple((f"((lane >> 4) * 4 + {i})", "(lane & 15)") for i in range(4)), cycles=16),
     # gfx942 / gfx950 (wave64): D[32x32] += A[32x16] B[16x32]; D row 8 (r / 4) + 4 (lane / 32)
-    # + r % 4 in register r (AMD Matrix Instruction Calculator, CDNA3)
+    # + r % 4 in register r (AMD Matrix Instruction Calculator, CDNA3: 16 cycles for 16x16x32,
+    # 32 for 32x32x16)
     Atom("mfma_f32_32x32x16_fp8", "v_mfma_f32_32x32x16_fp8_fp8", 32, 32, 16, 64, 2,
          a_rows=("(lane & 31)",), a_kgroup="(lane >> 5)",
          b_col="(lane & 31)", b_kgroup="(lane >> 5)",
          c=tuple((f"((lane >> 5) * 4 + {8 * (i // 4) + i % 4})", "(lane & 31)")
-                 for i in range(16))),
+                 for i in range(16)), cycles=32),
     # gfx950 (wave64): D[16x16] += A[16x128] B[128x16], FP8 x FP8 (cbsz = blgp = 0), no
     # scaling; 32 bytes of a row per lane. Twice gfx942's FP8 rate: 8 passes for 4x the K.
     Atom("mfma_f32_16x16x128_f8f6f4", "v_mfma_f32_16x16x128_f8f6f4", 16, 16, 128, 64, 4,
          a_rows=("(lane & 15)",), a_kgroup="(lane >> 4)",
          b_col="(lane & 15)", b_kgroup="(lane >> 4)",
-         c=tuple((f"((lane >> 4) * 4 + {i})", "(lane & 15)") for i in range(4)), lane_bytes=32),
-    # gfx1200 / gfx1201 (wave32): D[16x16] += A[16x16] B[16x16]
+         c=tuple((f"((lane >> 4) * 4 + {i})", "(lane & 15)") for i in range(4)), lane_bytes=32,
+         cycles=32),
+    # gfx1200 / gfx1201 (wave32): D[16x16] += A[16x16] B[16x16] (8 cycles: the calculator, RDNA4)
     Atom("wmma_f32_16x16x16_fp8", "v_wmma_f32_16x16x16_fp8_fp8", 16, 16, 16, 32, 2,
          a_rows=("(lane & 15)",), a_kgroup="(lane >> 4)",
          b_col="(lane & 15)", b_kgroup="(lane >> 4)",
-         c=tuple((f"((lane >> 4) * 8 + {i})", "(lane & 15)") for i in range(8))),
+         c=tuple((f"((lane >> 4) * 8 + {i})", "(lane & 15)") for i in range(8)), cycles=8),
     # sm_89+ (warp32): mma.sync m16n8k32 e4m3; a lane's 8 bytes of a row are the registers
     # a0 / a2 (row lane/4) or a1 / a3 (row lane/4 + 8), its B bytes are b0 / b1.
     Atom("mma_m16n8k32_e4m3", "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32",

@@ -47,6 +47,46 @@ def candidates(arch: str) -> list[dict]:
     return out
 
 
+def estimates(arch: str, cands: list[dict]) -> dict[int, tuple]:
+    """AMD: candidate index -> (K-loop cycles per wave and K block, waves per block, waves per
+    SIMD) from each compiled variant's assembly (codegen/build/estimate.py); {} elsewhere or
+    where the toolchain wrote no assembly."""
+    target = get_target(arch)
+    if not target.is_hip:
+        return {}
+    from .build.resources import from_amdgpu_asm
+
+    fp8 = target.fp8_formats[0]
+    out = {}
+    for i, cfg in enumerate(cands):
+        v = make_variant(fam.FAMILY, arch, fp8=fp8.token, **cfg)
+        asm = module_path(v).with_suffix(".s")
+        if not asm.exists():
+            continue
+        est = fam.loop_estimate(v, asm.read_text())
+        if est is None:
+            continue
+        res = from_amdgpu_asm(asm)
+        block = fam.block_threads(v)
+        out[i] = (est.cycles, -(-block // target.wave_size),
+                  max(1, target.occupancy(res["vgpr_count"], res["lds_bytes"], block)))
+    return out
+
+
+def best_first(cands: list[dict], est: dict[int, tuple], m: int, n: int, k: int, cus: int,
+               simds: int) -> list[int]:
+    """Candidate indices, those with an estimate first by predicted time, then the others."""
+    from .build.estimate import predicted_cycles
+
+    def predicted(i):
+        c = cands[i]
+        cycles, wpb, occ = est[i]
+        return predicted_cycles(cycles, m, n, k, c["block_m"], c["block_n"], c["split_k"], wpb,
+                                occ, simds, cus)
+    ranked = sorted((i for i in est), key=predicted)
+    return ranked + [i for i in range(len(cands)) if i not in est]
+
+
 def plausible(cfg: dict, m: int) -> bool:
     """Skip configs that cannot win: tiny tiles at large M, block tiles at tiny M."""
     if cfg["kernel"] == "gemv":   # one pass over B per block_m rows of A
@@ -63,6 +103,8 @@ def main(argv=None) -> int:
                     "entries are kept")
     ap.add_argument("--shapes", help="only these N x K (comma-separated, e.g. 576x7168); the "
                     "table's other entries are kept")
+    ap.add_argument("--top", type=int, help="AMD: time only the N candidates the static "
+                    "K-loop estimate ranks first in each cell (default: all, best-first)")
     ap.add_argument("--out", help="table path (default: the repo's table for this arch)")
     args = ap.parse_args(argv)
     from .ops.gemm import gemm_with_config
@@ -79,6 +121,8 @@ def main(argv=None) -> int:
         list(pool.map(lambda c: module_path(make_variant(fam.FAMILY, arch, fp8=fp8.token, **c)),
                       cands))
     print(f"compiled {len(cands)} candidates in {time.time() - t0:.1f} s", file=sys.stderr)
+    est = estimates(arch, cands)
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
     entries = []
     shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
               if args.shapes else fam.TUNED_SHAPES)
@@ -93,7 +137,13 @@ def main(argv=None) -> int:
             a, sa, b, sb = sets[0]
             ref = reference.gemm_a8w8_blockscale(a, sa, b, sb).float()
             timed = []
-            for cfg in cands:
+            order = best_first(cands, est, m, n, k, props.multi_processor_count,
+                               target.simds_per_cu)
+            if args.top and est:
+                order = [i for i in order if i in est][:args.top] + \
+                    [i for i in order if i not in est]
+            for rank, i in enumerate(order):
+                cfg = cands[i]
                 if not plausible(cfg, m):
                     continue
                 out = gemm_with_config(a, sa, b, sb, cfg).float()
@@ -103,12 +153,13 @@ def main(argv=None) -> int:
                 turn = iter(sets)
                 us = graph_us(lambda c=cfg: (lambda t=next(turn): gemm_with_config(*t, c)),
                               nbytes)
-                timed.append((us, cfg))
+                timed.append((us, cfg, rank))
             del sets
-            us, best = min(timed, key=lambda t: t[0])
+            us, best, rank = min(timed, key=lambda t: t[0])
             entries.append(dict(m=fam.m_bucket(m), n=n, k=k, config=best, us=round(us, 2),
                                 tflops=round(2 * m * n * k / us / 1e6, 1)))
-            print(f"M={m} N={n} K={k}: {us:.1f} us {entries[-1]['tflops']} TFLOP/s {best}",
+            where = f" (estimate's rank {rank + 1} of {len(est)})" if est else ""
+            print(f"M={m} N={n} K={k}: {us:.1f} us {entries[-1]['tflops']} TFLOP/s {best}{where}",
                   file=sys.stderr)
     path = args.out or fam.table_path(arch)
     if (args.ms or args.shapes) and fam.table_path(arch).exists():   # keep the rest in place

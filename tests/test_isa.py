@@ -165,6 +165,14 @@ def test_gemm_isa(generated, arch):
         assert counts[mnemonic] >= per_block and counts[mnemonic] % per_block == 0, \
             (r["uri"], counts[mnemonic], per_block)
         assert counts[LOAD128[arch]] > 0, r["uri"]
+        # the static K-loop estimate: found, and its matrix share is the instruction's count
+        # per K block at the instruction's cycles
+        est = r["estimate"]
+        assert est is not None, r["uri"]
+        assert est["matrix_cycles"] == per_block * atom.cycles, (r["uri"], est)
+        assert est["bound"] in ("matrix", "issue", "lds") and 0 < est["matrix_fraction"] <= 1
+        assert est[f"{est['bound']}_cycles"] == max(
+            est[f"{b}_cycles"] for b in ("matrix", "issue", "lds")), (r["uri"], est)
 
 
 def _gemv_isa(asm, r, arch):

@@ -15,6 +15,7 @@ from ..toolchain import Toolchain, find
 from . import store
 from .jit import aot_current, cache_key, key_record, run_ninja, source_key
 from .ninja import Edge, ninja_text, outputs_for, support_files, write_if_different
+from ..families.gemm import loop_estimate
 from .resources import from_amdgpu_asm, from_ptxas_log
 
 
@@ -168,6 +169,9 @@ def _manifest(target: Target, tc: Toolchain, entries: list[Entry], out: Path, lo
                 row.update(res)
                 block = get_family(v.family).context(v).get("block", target.wave_size)
                 row["occupancy"] = target.occupancy(res["vgpr_count"], res["lds_bytes"], block)
+                if row["asm"] and v.family == "gemm_a8w8_blockscale":
+                    est = loop_estimate(v, (out / row["asm"]).read_text())
+                    row["estimate"] = est.as_dict() if est else None
         variants.append(row)
     return {"arch": target.arch, "toolchain": tc.identity.split("\n")[0], "variants": variants}
 

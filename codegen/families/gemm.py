@@ -98,6 +98,20 @@ def wave_instructions_per_kblock(v: Variant, atom: Atom) -> int:
     return (rows // atom.rows) * (cols // atom.cols) * (SCALE_BLOCK // atom.k)
 
 
+def loop_estimate(v: Variant, asm: str):
+    """The static K-loop estimate (codegen/build/estimate.py) of an AMD mma / lds variant from
+    its assembly, or None (other kernels, other targets, no loop found)."""
+    from ..build.estimate import estimate
+
+    if not v.target.is_hip or v["kernel"] not in ("mma", "lds"):
+        return None
+    atom = atom_for(v.arch, v["kernel"], v["atom"])
+    if atom is None or not atom.cycles:
+        return None
+    return estimate(asm, {atom.mnemonic: atom.cycles}, wave_instructions_per_kblock(v, atom),
+                    v.target.wave_size)
+
+
 def lds_smem_bytes(v: Variant) -> int:
     return 2 * (v["block_m"] + v["block_n"]) * (SCALE_BLOCK + LDS_PAD)
 

@@ -1,0 +1,62 @@
+"""The static K-loop estimate (codegen/build/estimate.py) on hand-written assembly, and the
+tuner's best-first order built on it. The real kernels' estimates: tests/test_isa.py."""
+from codegen.build.estimate import estimate, loop_bodies, predicted_cycles
+from codegen.tune import best_first
+
+ASM = """
+kernel:
+	s_load_dwordx2 s[0:1], s[4:5], 0x0
+.LBB0_1:                                ; =>This Inner Loop Header: Depth=1
+	global_load_dwordx4 v[0:3], v[4:5], off
+	ds_read_b128 v[8:11], v12
+	ds_read2_b64 v[16:19], v13 offset1:8
+	v_mfma_f32_16x16x32_fp8_fp8 a[0:3], v[8:9], v[16:17], a[0:3]
+	v_mfma_f32_16x16x32_fp8_fp8 a[0:3], v[10:11], v[18:19], a[0:3]
+	s_waitcnt lgkmcnt(0)
+	v_add_u32_e32 v12, 0x100, v12
+	s_cbranch_execz .LBB0_3
+; %bb.2:                                ;   in Loop: Header=BB0_1 Depth=1
+	ds_write_b128 v14, v[0:3]
+.LBB0_3:                                ;   in Loop: Header=BB0_1 Depth=1
+	s_add_i32 s2, s2, -1
+	s_cbranch_scc1 .LBB0_1
+; %bb.4:
+	v_pk_mul_f32 v[20:21], v[20:21], v[22:23]
+	s_endpgm
+	.amdgpu_metadata
+"""
+
+
+def test_the_loop_is_the_marked_blocks():
+    loops = loop_bodies(ASM)
+    assert list(loops) == ["BB0_1"]
+    depth, ops = loops["BB0_1"]
+    assert depth == 1 and ops.count("v_mfma_f32_16x16x32_fp8_fp8") == 2
+    assert "ds_write_b128" in ops and "s_add_i32" in ops and "v_pk_mul_f32" not in ops
+
+
+def test_cycles_per_k_block():
+    est = estimate(ASM, {"v_mfma_f32_16x16x32_fp8_fp8": 16}, per_kblock=1, wave=64)
+    # two K blocks per iteration; matrix 2 x 16; issue: 1 VALU x 4 + global, 3 ds, s_add,
+    # s_cbranch_execz, s_cbranch_scc1 (the waitcnt issues nothing); LDS (16 + 16 + 16) x 64 / 32
+    assert est.matrix_cycles == 16
+    assert est.issue_cycles == (4 + 1 + 3 + 3) / 2
+    assert est.lds_cycles == 48 * 64 / 32 / 2
+    assert est.bound == "lds" and est.matrix_fraction == 16 / 48
+    assert estimate(ASM, {"v_wmma_f32_16x16x16_fp8_fp8": 8}, 1, 32) is None   # not in the loop
+
+
+def test_predicted_cycles_counts_rounds_and_waves():
+    # 4 x 4 blocks of 1 wave, 2 CUs of 4 SIMDs holding 2 waves each: 16 blocks in one round of
+    # 8 per CU, 2 waves per SIMD, each 2 K blocks of 10 cycles
+    assert predicted_cycles(10, 64, 64, 256, 16, 16, 1, 1, 2, 4, 2) == 2 * 2 * 10
+    # twice the blocks: two rounds
+    assert predicted_cycles(10, 128, 64, 256, 16, 16, 1, 1, 2, 4, 2) == 2 * (2 * 2 * 10)
+    # split K: more blocks, fewer K blocks each
+    assert predicted_cycles(10, 64, 64, 256, 16, 16, 2, 1, 2, 4, 2) == 2 * (2 * 1 * 10)
+
+
+def test_best_first_puts_estimated_candidates_first_by_prediction():
+    cands = [dict(block_m=m, block_n=64, split_k=1) for m in (32, 64, 128)]
+    est = {0: (100.0, 4, 2), 2: (90.0, 4, 2)}      # no estimate for candidate 1
+    assert best_first(cands, est, 128, 256, 1024, cus=8, simds=4) == [2, 0, 1]
