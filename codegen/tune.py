@@ -4,7 +4,8 @@ Times every valid candidate config for each (M bucket, N, K) the way `make bench
 time in a CUDA graph of back-to-back calls over input sets larger than 2x L2, the sets shared
 by the candidates of a cell) and writes the fastest to
 codegen/tables/gemm_a8w8_blockscale.<arch>.json (or --out), the table that dispatch and the
-build read. Candidates are compiled in parallel first.
+build read. Candidates are compiled in parallel first; on AMD each cell times them best-first
+by the static K-loop estimate (codegen/build/estimate.py), `--top N` only the first N.
 """
 from __future__ import annotations
 
