@@ -33,8 +33,8 @@ def candidates(arch: str) -> list[dict]:
              for sk in (1, 4, 8, 16)]
     cands += [c("gemv", bm, bn, split_k=sk) for bm in (1, 2, 4) for bn in (1, 2, 4, 8)
               for sk in (1, 2, 4, 8)]
-    cands += [c("lds", bm, bn, stages=2, atom=a) for bm in (32, 64, 128) for bn in (32, 64, 128)
-              for a in ("", *fam.LARGE_ATOMS)]
+    cands += [c("lds", bm, bn, stages=2, atom=a, wave_tile=w) for bm in (32, 64, 128)
+              for bn in (32, 64, 128) for a in ("", *fam.LARGE_ATOMS) for w in fam.LDS_WAVE_TILES]
     cands += [c("wgmma", bm, bn, stages=s) for bm in (64, 128) for bn in (64, 128)
               for s in (4, 5, 6)]
     cands += [c("tma", bm, bn, stages=s) for bm in (64, 128) for bn in fam.TMA_WIDTHS

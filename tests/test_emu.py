@@ -287,7 +287,8 @@ def gemm_configs(arch):
 
 
 def config_id(c) -> str:
-    return f"{c['kernel']}{c['block_m']}x{c['block_n']}-sk{c['split_k']}"
+    extra = "".join(f"-{c[key]}" for key in ("atom", "wave_tile") if c.get(key))
+    return f"{c['kernel']}{c['block_m']}x{c['block_n']}-sk{c['split_k']}{extra}"
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -197,12 +197,12 @@ def run_kernel_model(atom, bm, bn, split_k, A, As, B, Bs):
     return out
 
 
-def run_lds_kernel_model(arch, atom_value, atom, bm, bn, A, As, B, Bs):
+def run_lds_kernel_model(arch, atom_value, atom, bm, bn, A, As, B, Bs, wave_tile=""):
     """templates/gemm_a8w8_blockscale_lds.cu.j2, step by step: each K block of the block's A and
     B rows is staged (rows clamped, bytes past k zero), then every wave feeds its instructions
     from the stage."""
     v = make_variant(fam.FAMILY, arch, fp8=get_target(arch).fp8_formats[0].token,
-                     **fam.config("lds", bm, bn, stages=2, atom=atom_value))
+                     **fam.config("lds", bm, bn, stages=2, atom=atom_value, wave_tile=wave_tile))
     assert validate(v) is None, validate(v)
     wm, wn = fam.lds_waves(v)
     tm, tn = bm // wm, bn // wn
@@ -312,6 +312,10 @@ def test_lane_model_of_the_lds_kernel(arch, atom_value):
     got = run_lds_kernel_model(arch, atom_value, atom, 64, 64, A, As, B, Bs)
     assert not np.isnan(got).any(), f"{name}: elements never stored"
     np.testing.assert_array_equal(got, want, err_msg=name)
+    if get_target(arch).wave_size == 64:   # the 64 x 32 wave tile: 2 x 2 waves of 64 x 32
+        got = run_lds_kernel_model(arch, atom_value, atom, 128, 64, A, As, B, Bs, "w64x32")
+        assert not np.isnan(got).any(), f"{name} w64x32: elements never stored"
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} w64x32")
 
 
 @pytest.mark.parametrize("name", sorted(ATOMS))

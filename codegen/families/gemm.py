@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..matrix import LARGE_ATOMS, Atom, atom_for
 from ..spec import Variant, make_variant
+from ..targets import get_target
 
 FAMILY = "gemm_a8w8_blockscale"
 TABLE_DIR = Path(__file__).resolve().parent.parent / "tables"
@@ -84,15 +85,24 @@ def mma_reduce_bytes(v: Variant, atom: Atom) -> int:
     return 0 if v["split_k"] == 1 else v["split_k"] * fr * fc * len(atom.c) * atom.wave * 4
 
 
+LDS_WAVE_TILES = {"": (LDS_WAVE_TILE, LDS_WAVE_TILE), "w64x32": (64, 32)}
+
+
+def lds_wave_tile(v: Variant) -> tuple[int, int]:
+    """lds kernel: one wave's tile, rows of A by rows of B."""
+    return LDS_WAVE_TILES[v["wave_tile"]]
+
+
 def lds_waves(v: Variant) -> tuple[int, int]:
     """lds kernel: waves along M and N."""
-    return v["block_m"] // LDS_WAVE_TILE, v["block_n"] // LDS_WAVE_TILE
+    tm, tn = lds_wave_tile(v)
+    return v["block_m"] // tm, v["block_n"] // tn
 
 
 def wave_instructions_per_kblock(v: Variant, atom: Atom) -> int:
     """Matrix instructions one wave issues per 128-wide K block (mma and lds kernels)."""
     if v["kernel"] == "lds":
-        rows = cols = LDS_WAVE_TILE
+        rows, cols = lds_wave_tile(v)
     else:
         rows, cols = (v["block_n"], v["block_m"]) if swapped(v) else (v["block_m"], v["block_n"])
     return (rows // atom.rows) * (cols // atom.cols) * (SCALE_BLOCK // atom.k)
@@ -125,7 +135,8 @@ def lds_pieces(v: Variant) -> int:
 def lds_registers(v: Variant, atom: Atom) -> int:
     """Estimated registers per lane: accumulators and partial sums, a K block's fragments, the
     staging loads in flight (4 each, 2 more for their addresses), the scales, 32 more."""
-    fr, fc = LDS_WAVE_TILE // atom.rows, LDS_WAVE_TILE // atom.cols
+    tm, tn = lds_wave_tile(v)
+    fr, fc = tm // atom.rows, tn // atom.cols
     pieces = lds_pieces(v)
     frags = atom.chunk // 4 * (fr * len(atom.a_rows) + fc) * (SCALE_BLOCK // atom.pair_k)
     return 2 * fr * fc * len(atom.c) + frags + 6 * pieces + fr * len(atom.c) + 1 + 32
@@ -187,6 +198,8 @@ def validate(v: Variant) -> str | None:
         if wgmma_smem_bytes(v) > t.lds_bytes:
             return f"{wgmma_smem_bytes(v)} bytes of shared memory exceed {t.lds_bytes}"
         return None
+    if v["wave_tile"] and v["kernel"] != "lds":
+        return f"wave_tile={v['wave_tile']} is an lds-kernel option"
     if v["kernel"] == "gemv":
         return validate_gemv(v)
     atom = atom_for(t.arch, v["kernel"], v["atom"])
@@ -233,8 +246,9 @@ def validate_gemv(v: Variant) -> str | None:
 
 def validate_lds(v: Variant, atom: Atom) -> str | None:
     t, bm, bn = v.target, v["block_m"], v["block_n"]
-    if bm % LDS_WAVE_TILE or bn % LDS_WAVE_TILE:
-        return f"kernel=lds tiles are multiples of {LDS_WAVE_TILE} in M and N, not {bm}x{bn}"
+    tm, tn = lds_wave_tile(v)
+    if bm % tm or bn % tn:
+        return f"kernel=lds tiles are multiples of {tm} in M and {tn} in N, not {bm}x{bn}"
     if v["split_k"] != 1 or v["stages"] != 2:
         return "kernel=lds takes split_k=1 and stages=2 (two LDS buffers)"
     if block_threads(v) > 1024:
@@ -270,9 +284,9 @@ def context(v: Variant) -> dict:
 # ---- configs and dispatch -----------------------------------------------------------------
 
 def config(kernel: str, block_m: int, block_n: int, split_k: int = 1, stages: int = 1,
-           atom: str = "") -> dict:
+           atom: str = "", wave_tile: str = "") -> dict:
     return dict(kernel=kernel, block_m=block_m, block_n=block_n, block_k=SCALE_BLOCK,
-                split_k=split_k, stages=stages, atom=atom)
+                split_k=split_k, stages=stages, atom=atom, wave_tile=wave_tile)
 
 
 def heuristic(arch: str, m: int) -> dict:
@@ -300,6 +314,8 @@ def default_configs(arch: str) -> list[dict]:
     picks = [heuristic(arch, m) for m in M_BUCKETS]
     picks += [config("lds", 128, 64, stages=2, atom=value)
               for value, (_, archs) in LARGE_ATOMS.items() if arch in archs]
+    if get_target(arch).wave_size == 64:   # CDNA: the 64 x 32 wave tile (4 waves of 64)
+        picks.append(config("lds", 128, 64, stages=2, wave_tile="w64x32"))
     return [c for i, c in enumerate(picks) if c not in picks[:i]]
 
 
@@ -314,7 +330,9 @@ def table(arch: str) -> dict[tuple[int, int, int], dict]:
     if not path.exists():
         return {}
     data = json.loads(path.read_text())
-    return {(e["m"], e["n"], e["k"]): e["config"] for e in data["entries"]}
+    # entries written before an axis existed take its default
+    return {(e["m"], e["n"], e["k"]): {**config("mma", 1, 1), **e["config"]}
+            for e in data["entries"]}
 
 
 def pick(arch: str, m: int, n: int, k: int) -> dict:
