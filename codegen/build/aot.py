@@ -12,10 +12,10 @@ from .. import knobs, paths
 from ..spec import Variant, enumerate_variants, families, validate
 from ..targets import Target
 from ..toolchain import Toolchain, find
+from ..families.gemm import loop_estimate
 from . import store
 from .jit import aot_current, cache_key, key_record, run_ninja, source_key
 from .ninja import Edge, ninja_text, outputs_for, support_files, write_if_different
-from ..families.gemm import loop_estimate
 from .resources import from_amdgpu_asm, from_ptxas_log
 
 

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from .. import knobs
+from ._common import on_emulator
 
 SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "fastcall.cpp"
 QUANT, NORM, NORM_QUANT, GEMM, DUAL = 1, 2, 3, 4, 5     # fastcall.cpp's Op
@@ -69,6 +70,31 @@ def address(fn) -> int:
     import ctypes
 
     return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+def call(name: str, params: tuple, *tensors):
+    """The C++ path's result for an eager call of op `name`, or None (no plan for its
+    signature, an unhashable parameter, or no extension)."""
+    fast = MOD or module()
+    if fast is None:
+        return None
+    try:
+        pid = IDS.get(params)
+        if pid is None:
+            pid = param_id(params)
+    except TypeError:          # an unhashable parameter: the Python path says what is wrong
+        return None
+    return getattr(fast, name)(pid, *tensors)
+
+
+def keep(op: int, params: tuple, tensors: tuple, kern: tuple, out_dtype, ints: tuple = (),
+         eps: float = 0.0) -> None:
+    """Records a checked and launched call's plan for the C++ path (GPU tensors only: the
+    emulator's host tensors stay on the Python path)."""
+    fast = module()
+    if fast is not None and not on_emulator(tensors[0]):
+        fast.record(op, param_id(params), tensors, address(kern[0]), kern[1], out_dtype, ints,
+                    eps)
 
 
 def clear() -> None:

@@ -62,10 +62,7 @@ def _impl(a, a_scales, b, b_scales, config: dict | None = None):
             b_scales.stride(0), b_scales.stride(1))
     if config is None and not torch.compiler.is_compiling():
         _plans[_plan_key(a, a_scales, b, b_scales)] = (fn, uri, m, n, k, args)
-        fast = _fast.module() if not on_emulator(a) else None
-        if fast is not None:
-            fast.record(_fast.GEMM, 0, tensors, _fast.address(fn), uri, torch.bfloat16,
-                        args, 0.0)
+        _fast.keep(_fast.GEMM, (), tensors, (fn, uri), torch.bfloat16, args)
     rc = fn(a.data_ptr(), b.data_ptr(), a_scales.data_ptr(), b_scales.data_ptr(), out.data_ptr(),
             *args, stream(a))
     check_rc(rc, uri)
@@ -129,11 +126,9 @@ def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tenso
     """
     if _is_compiling():   # checked again by _impl when the graph runs
         return torch.ops.codegen.gemm_a8w8_blockscale(a, a_scales, b, b_scales)
-    fast = _fast.MOD or _fast.module()
-    if fast is not None:   # the C++ path, where this call's signature has a plan
-        out = fast.gemm(0, a, a_scales, b, b_scales)
-        if out is not None:
-            return out
+    out = _fast.call("gemm", (), a, a_scales, b, b_scales)   # where the signature has a plan
+    if out is not None:
+        return out
     # Everything but the data pointers is checked once per plan key (shapes, strides, dtypes,
     # devices); the eager path then checks alignment, allocates and launches.
     try:

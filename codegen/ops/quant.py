@@ -8,7 +8,7 @@ from ..families import quant as fam
 from ..targets import get_target
 from . import _fast
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor, is_compiling as
-                      _is_compiling, launcher, on_emulator, stream)
+                      _is_compiling, launcher, stream)
 
 SCALE_LAYOUTS = ("row", "col", "col_tma")
 GROUP_SIZES = (32, 64, 128)
@@ -115,17 +115,11 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     ue8m0: round each scale up to a power of two. fp8_dtype / fp8_max: default to the device's
     format (e4m3fnuz / 224 on gfx942, where 240 is also offered; e4m3fn / 448 elsewhere).
     """
+    params = (group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
     if not _is_compiling():   # the C++ path, where this call's signature has a plan
-        fast = _fast.MOD or _fast.module()
-        if fast is not None:
-            params = (group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
-            try:
-                pid = _fast.IDS.get(params)
-            except TypeError:     # unhashable: the Python path says what is wrong
-                pid = -1
-            out = fast.quant(_fast.param_id(params) if pid is None else pid, x)
-            if out is not None:
-                return out
+        out = _fast.call("quant", params, x)
+        if out is not None:
+            return out
     # Everything but T is checked once per plan key; the eager path then allocates and launches.
     try:
         key = (x.dtype, x.get_device(), x.dim(), x.shape[-1], x.stride(-1), group_size,
@@ -147,10 +141,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     if kern is None:   # first eager call of this plan: the kernel, built or loaded (JIT)
         kern = plan[2] = _kernel(x, group_size, scale_layout, bool(ue8m0), fmax)
     out = _impl(x, group_size, scale_layout, ue8m0, fmax, dtype, kern)   # eager: no dispatch
-    fast = _fast.module() if key is not None and not on_emulator(x) else None
-    if fast is not None:
-        fast.record(_fast.QUANT, _fast.param_id((group_size, scale_layout, ue8m0, fp8_dtype,
-                                                 fp8_max)), (x,), _fast.address(kern[0]),
-                    kern[1], dtype, (x.shape[1] // group_size, _fast.LAYOUTS[scale_layout],
-                                     fam.GRID_WAVES), 0.0)
+    if key is not None:
+        _fast.keep(_fast.QUANT, params, (x,), kern, dtype,
+                   (x.shape[1] // group_size, _fast.LAYOUTS[scale_layout], fam.GRID_WAVES))
     return out

@@ -16,7 +16,7 @@ from ..families.dual_rmsnorm_quant import max_h as dual_max_h
 from ..targets import get_target
 from . import _fast
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor,
-                      is_compiling as _is_compiling, launcher, on_emulator, stream)
+                      is_compiling as _is_compiling, launcher, stream)
 from .quant import SCALE_LAYOUTS, empty_scales, resolve_fp8
 
 QUANT_DTYPES = (torch.bfloat16, torch.float16)
@@ -177,29 +177,6 @@ def _fused_add_fake(x, residual, weight, eps):
     return x.new_empty(x.shape)
 
 
-def _fast_call(name: str, params: tuple, *tensors):
-    """The C++ path's result for this eager call, or None (no plan for its signature)."""
-    fast = _fast.MOD or _fast.module()
-    if fast is None:
-        return None
-    try:
-        pid = _fast.IDS.get(params)
-        if pid is None:
-            pid = _fast.param_id(params)
-    except TypeError:          # an unhashable parameter: the Python path says what is wrong
-        return None
-    return getattr(fast, name)(pid, *tensors)
-
-
-def _record(op: int, params: tuple, tensors: tuple, kern: tuple, out_dtype, ints: tuple,
-            eps: float) -> None:
-    """Keeps this (checked, launched) call's plan for the C++ path."""
-    fast = _fast.module()
-    if fast is not None and not on_emulator(tensors[0]):
-        fast.record(op, _fast.param_id(params), tensors, _fast.address(kern[0]), kern[1],
-                    out_dtype, ints, eps)
-
-
 def _norm(x, residual, weight, eps, kernels=None, out=None, record=None):
     t, h = x.shape
     y = x.new_empty((t, h)) if out is None else out
@@ -217,7 +194,7 @@ def _norm(x, residual, weight, eps, kernels=None, out=None, record=None):
     if rc:
         check_rc(rc, uri)
     if record is not None and vector:
-        _record(_fast.NORM, record, (x, residual, weight), (fn, uri), x.dtype, (), eps)
+        _fast.keep(_fast.NORM, record, (x, residual, weight), (fn, uri), x.dtype, (), eps)
     return y
 
 
@@ -265,7 +242,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
         return _check_eps(eps)
     if _is_compiling():
         return _into(out, torch.ops.codegen.rmsnorm(x, weight, check()))
-    y = _fast_call("norm", ("rmsnorm", eps), x, None, weight, out)
+    y = _fast.call("norm", ("rmsnorm", eps), x, None, weight, out)
     if y is not None:
         return y
     plan = _planned(("rmsnorm", eps), (x, weight), check)
@@ -290,7 +267,7 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         return _check_eps(eps)
     if _is_compiling():
         return _into(out, torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, check()))
-    y = _fast_call("norm", ("fused_add_rmsnorm", eps), x, residual, weight, out)
+    y = _fast.call("norm", ("fused_add_rmsnorm", eps), x, residual, weight, out)
     if y is not None:
         return y
     plan = _planned(("fused_add_rmsnorm", eps), (x, residual, weight), check)
@@ -351,7 +328,7 @@ def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp
             s.stride(0), s.stride(1), eps, stream(x))
     check_rc(rc, uri)
     if keep is not None:
-        _record(_fast.NORM_QUANT, record, keep, (fn, uri), fp8_dtype,
+        _fast.keep(_fast.NORM_QUANT, record, keep, (fn, uri), fp8_dtype,
                 (h // group_size, _fast.LAYOUTS[scale_layout], 0), eps)
     return q, s
 
@@ -395,7 +372,7 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
         return (q, s, y) if also_return_unquantized else (q, s)
     params = ("rmsnorm_group_quant", eps, group_size, scale_layout, bool(ue8m0), fp8_max)
     if not also_return_unquantized:
-        qs = _fast_call("norm_quant", params, x, weight, residual)
+        qs = _fast.call("norm_quant", params, x, weight, residual)
         if qs is not None:
             return qs
     tensors = (x, weight) if residual is None else (x, weight, residual)
@@ -447,7 +424,7 @@ def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0,
             q_scales.stride(1), eps, stream(q))
     check_rc(rc, uri)
     if keep is not None:
-        _record(_fast.DUAL, record, keep, (fn, uri), fp8_dtype,
+        _fast.keep(_fast.DUAL, record, keep, (fn, uri), fp8_dtype,
                 (hq // group_size, _fast.LAYOUTS[scale_layout], 0), eps)
     return q_fp8, q_scales, kv_out
 
@@ -492,7 +469,7 @@ def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.
             q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0), fmax,
             fp8_dtype)
     params = ("dual", eps, group_size, scale_layout, bool(ue8m0), fp8_max)
-    out = _fast_call("dual", params, q, q_weight, kv, kv_weight)
+    out = _fast.call("dual", params, q, q_weight, kv, kv_weight)
     if out is not None:
         return out
     plan = _planned(("dual", eps, group_size, scale_layout, fp8_max),
