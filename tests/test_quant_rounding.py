@@ -1,16 +1,19 @@
 """CPU check, in exact arithmetic, of how the quant kernels divide (group_quant.cuh): quotient(),
 x / scale for every value, and div_by_fp8_max(), the group's scale amax / fp8_max.
 
-The kernels take x / scale as q0 = RN(x y) with y = RN(1 / scale), then correct it twice with
-fma residuals: q = RN(q - RN(q scale - x) y). NUMERICS.md asks for the IEEE quotient RN(x / scale)
-(then clamp and round to fp8). This replays those steps with exact rationals, rounding to
-float32 after each operation as the hardware does, and asks for RN(x / scale) bit for bit:
+The kernels take x / scale as q0 = RN(x y) with y = RN(1 / scale), then correct it once with an
+fma residual: q = RN(q0 - RN(q0 scale - x) y). NUMERICS.md asks for the fp8 byte of the IEEE
+quotient RN(x / scale) (clamped, then rounded to fp8). The correction leaves q faithful, and
+RN(x / scale) unless x / scale lies within 2^-23 ulp of a float32 midpoint; so the byte can only
+differ where such a midpoint is next to an fp8 rounding boundary. Those are checked for every
+float32 significand of the scale (exponents scale each step exactly). Beside that, the steps are
+replayed with exact rationals, rounding to float32 after each operation as the hardware does,
 around every fp8 rounding midpoint and value for many scales (the structured ones of bf16 data
 too: x and amax with 8-bit significands, scale = RN(amax / fp8_max)), and on random pairs. The
-steps and their number are read from the header, so the header is what is checked.
+steps are read from the header, so the header is what is checked.
 
 The scale's division has one divisor per fp8 format, so it is checked for every float32
-significand instead (exponents scale each of its steps exactly).
+significand instead.
 """
 import random
 import re
@@ -31,10 +34,12 @@ HEADER = (INCLUDE_DIR / "codegen" / "group_quant.cuh").read_text()
 def header_corrections() -> int:
     """How many corrections quotient() applies; fails if its steps are not the ones replayed."""
     assert "return {div_rn(1.0f, scale), inf ? 0.0f : scale};" in HEADER   # y = RN(1 / scale)
-    m = re.search(r"float q = x \* d\.y;\s*#pragma unroll\s*for \(int i = 0; i < (\d+); \+\+i\) "
-                  r"q = fma_rn\(-fma_rn\(q, d\.scale, -x\), d\.y, q\);", HEADER)
-    assert m, "quotient() in group_quant.cuh is not q = x * y, then q = fma(-fma(q, s, -x), y, q)"
-    return int(m.group(1))
+    body = re.search(r"CG_DEVICE float quotient\(float x, Divisor d\) \{(.*?)\n\}", HEADER, re.S)
+    assert body, "quotient() not found in group_quant.cuh"
+    steps = " ".join(body.group(1).split())
+    assert steps == ("const float q = x * d.y; return fma_rn(-fma_rn(q, d.scale, -x), d.y, q);"), \
+        f"quotient() is not q = x * y, then fma(-fma(q, s, -x), y, q): {steps}"
+    return 1
 
 
 def bits(f: float) -> int:
@@ -98,6 +103,49 @@ def cases(n: int, seed: int):
         else:
             x = rn32(F(rng.random()) * 448 * F(scale))
         yield (-x if rng.random() < 0.5 else x), scale
+
+
+FP8_BOUNDARIES = sorted({1 + k / 16 for k in range(1, 16, 2)} | {1 + k / 8 for k in range(8)})
+
+
+@pytest.mark.parametrize("m", FP8_BOUNDARIES)
+def test_quotient_beside_every_fp8_boundary(m):
+    """Every fp8 rounding boundary (significands: normal midpoints 1 + odd / 16; below the
+    normal range, midpoints odd * 2^-10 and the zero / smallest-subnormal one) for every scale
+    significand s: the float32 midpoints T beside the boundary, and x the float32 nearest s T,
+    the only x whose quotient lies within 2^-23 ulp of T. There the kernel's quotient must be
+    RN(x / s): then no fp8 byte differs from IEEE division's anywhere."""
+    header_corrections()
+    s = every_significand()
+    y = (1.0 / s).astype(np.float32).astype(np.float64)
+    ulp = 2.0 ** -23
+    for t in (m + ulp / 2, m - (ulp / 4 if m == 1 else ulp / 2)):
+        x = (s * t).astype(np.float32).astype(np.float64)        # s t is exact in float64
+        ieee = (x / s).astype(np.float32)                        # double rounding innocuous
+        q0 = (x * y).astype(np.float32).astype(np.float64)       # exact product, one rounding
+        r = (q0 * s - x).astype(np.float32).astype(np.float64)   # exact residual, one rounding
+        assert np.array_equal(round_sum(q0, -r * y), ieee), f"boundary {m}, T = {t!r}"
+
+
+def round_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """RN32(a + b) for float64 a, b that are float32 / exact products: the float64 sum t and its
+    error (TwoSum), the error deciding the side where t is halfway between two floats."""
+    t = a + b
+    bb = t - a
+    err = (a - (t - bb)) + (b - bb)
+    out = t.astype(np.float32)
+    o = out.astype(np.float64)
+    up, down = np.nextafter(out, np.float32(np.inf)), np.nextafter(out, np.float32(-np.inf))
+    out = np.where((t == (o + up.astype(np.float64)) / 2) & (err > 0), up, out)
+    return np.where((t == (o + down.astype(np.float64)) / 2) & (err < 0), down, out)
+
+
+def test_the_boundary_check_can_fail():
+    """The product alone (no correction) differs from RN(x / s) beside the boundaries."""
+    s = every_significand()[::97]
+    y = (1.0 / s).astype(np.float32).astype(np.float64)
+    x = (s * (1.5 + 2.0 ** -24)).astype(np.float32).astype(np.float64)
+    assert ((x * y).astype(np.float32) != (x / s).astype(np.float32)).sum() > 1000
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -41,21 +41,22 @@ CG_DEVICE float div_by_fp8_max(float a) {
   return fma_rn(fma_rn(-q, CG_FP8_MAX, a), c, q);
 }
 
-// The quotient x / scale, correctly rounded (IEEE division), from y = RN(1 / scale) by
-// multiplication and two corrections with exact residuals (fma):
-//   q0 = RN(x y): within 2 ulps of x / scale (y and the product each within half an ulp);
-//   q1 = RN(q0 - r0 y), r0 = RN(q0 scale - x): within half an ulp plus 2^-22 ulp, so faithful
-//   (one of the two floats around x / scale);
-//   q2 = RN(q1 - r1 y), r1 = q1 scale - x exactly: RN(x / scale), by Markstein's theorem (y
-//   within half an ulp of 1 / scale, q1 faithful, no underflow).
-// Underflow only happens for quotients far below the smallest fp8 subnormal (|x / scale| >= 2^-11
-// keeps every term normal, as scale >= 1e-10 / fp8_max), which round to a zero of the right sign
-// whatever the error; the residual is taken as q scale - x, not x - q scale, so that x = -0
-// gives -0. No branch, and the same on every target: fma is IEEE on all of them.
+// The quotient x / scale as far as its fp8 byte goes: that of IEEE division, from
+// y = RN(1 / scale) by multiplication and one correction with an exact residual (fma):
+//   q0 = RN(x y): within 2 ulps of x / scale (y and the product each within half an ulp), so
+//   r0 = q0 scale - x is exact;
+//   q1 = RN(q0 - r0 y) = RN(x / scale + e), |e| <= 2 ulps * |1 - scale y| <= 2^-23 ulp: faithful,
+//   and RN(x / scale) unless x / scale lies within 2^-23 ulp of a float32 midpoint.
+// Only a float32 midpoint next to an fp8 rounding boundary could then change the fp8 byte, and
+// there q1 is RN(x / scale) for every float32 significand of the scale (checked exhaustively in
+// exact arithmetic, tests/test_quant_rounding.py; a second correction costs 2 instructions per
+// value). Exponents scale every step exactly: |x / scale| >= 2^-11 keeps every term normal
+// (scale >= 1e-10 / fp8_max), and smaller quotients round to a zero of the right sign whatever
+// the error; the residual is taken as q scale - x, not x - q scale, so that x = -0 gives -0. No
+// branch, and the same on every target: fma is IEEE on all of them.
 // scale = inf (inf in the group): y = 0 and the residual's scale 0 give x * 0 = +-0, as IEEE
-// x / inf, or NaN for x = inf; scale = NaN gives NaN. Checked against IEEE division in exact
-// arithmetic on the CPU, beside every fp8 midpoint for many scales (tests/test_quant_rounding.py),
-// and on the GPU (tests/test_gpu_quant.py).
+// x / inf, or NaN for x = inf; scale = NaN gives NaN. Also checked on the GPU
+// (tests/test_gpu_quant.py).
 struct Divisor {
   float y;      // RN(1 / scale), or 0 for scale = inf
   float scale;  // the scale, or 0 for scale = inf
@@ -67,10 +68,8 @@ CG_DEVICE Divisor divisor(float scale) {
 }
 
 CG_DEVICE float quotient(float x, Divisor d) {
-  float q = x * d.y;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) q = fma_rn(-fma_rn(q, d.scale, -x), d.y, q);
-  return q;
+  const float q = x * d.y;
+  return fma_rn(-fma_rn(q, d.scale, -x), d.y, q);
 }
 
 // Largest |value| of a lane (NaN if any is NaN, like torch's amax), as the bit pattern of a
