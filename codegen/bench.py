@@ -120,6 +120,25 @@ def copy_bandwidth_graph() -> float:
     return nbytes / graph_us(make, nbytes) / 1e3
 
 
+def same_size_copy_us(nbytes: int) -> float:
+    """Graph time of a device copy moving nbytes (half read, half written): what the memory
+    system gives a problem of that size, its launch ramp and tail included."""
+    half = nbytes // 2
+
+    def make():
+        src = torch.empty(half, dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        return lambda: dst.copy_(src)
+    return graph_us(make, nbytes)
+
+
+def _same_copy(r: dict, nbytes: int) -> None:
+    """Adds, for the issue's large cells, the time of a same-size copy and our share of it."""
+    if r["t"] >= 4096 and r["h"] >= 4096:
+        r["same_copy_graph_us"] = same_size_copy_us(nbytes)
+        r["same_copy_frac"] = r["same_copy_graph_us"] / r["graph_us"]
+
+
 def empty_kernel_us() -> float:
     return bench_us(lambda: torch.cuda._sleep(0))
 
@@ -158,6 +177,8 @@ def quant_section(copy: dict, empty_us: float, quick: bool) -> list[dict]:
                          compile_graph_us=gcomp, compile_us=comp, gbs=nbytes / gus / 1e3,
                          copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gcomp / gus,
                          empty_us=empty_us)
+                if g == 128:
+                    _same_copy(r, nbytes)
                 if vllm is not None:
                     r.update(_peer("vllm", both_us(lambda: (lambda x=_bf16(t, h): vllm(
                         x, g, fp8_dtype, fmax)), nbytes), gus, us))
@@ -272,6 +293,7 @@ def rmsnorm_quant_section(copy: dict) -> list[dict]:
         r = dict(op="rmsnorm_group_quant", t=t, h=h, graph_us=gus, us=us,
                  compile_graph_us=gpus, compile_us=pus, gbs=nbytes / gus / 1e3,
                  copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gpus / gus)
+        _same_copy(r, nbytes)
         if ait is not None:
             r.update(_peer("aiter", both_us(lambda: (
                 lambda x=_bf16(t, h): ait.rmsnorm_group_quant(x, w, fp8_dtype)), nbytes), gus, us))

@@ -46,20 +46,30 @@ def _peer_cols(rows: list[dict]) -> tuple[list[str], callable]:
     return cols, lambda r: [r.get(c) for k, _ in present for c in (f"{k}_graph_us", f"vs_{k}")]
 
 
+def _same_copy_cols(rows: list[dict]) -> tuple[list[str], callable]:
+    """The "of same-size copy" column where the run timed one (large cells only)."""
+    if not any("same_copy_frac" in r for r in rows):
+        return [], lambda r: []
+    return ["of same-size copy"], lambda r: [
+        f"{r['same_copy_frac']:.0%}" if "same_copy_frac" in r else "-"]
+
+
 def tables(run: dict, source: str) -> str:
     out = [f"Run of {run['date']} on {run['device']} (torch {run['torch']}"
            f"{', commit ' + run['commit'] if run.get('commit') else ''}): copy "
            f"{run['copy_graph_gbs']:.0f} GB/s by graph time, {run['copy_gbs']:.0f} GB/s by "
-           f"events; every \"of copy\" is against the graph copy. Times in us; \"graph\" is the "
+           f"events; every \"of copy\" is against the graph copy (235 MB moved), \"of "
+           f"same-size copy\" against a copy moving the cell's bytes. Times in us; \"graph\" is the "
            f"per-call time in a CUDA graph over rotating inputs, \"event\" one call with its "
            f"launch; peers are timed the same way in the same run. Raw figures: `{source}`."]
     if run.get("quant"):
         rows = [r for r in run["quant"] if r["g"] == 128]
         pc, pv = _peer_cols(rows)
+        sc, sv = _same_copy_cols(rows)
         out += ["", "**per_token_group_quant_fp8** (bf16 in, G = 128)", "", _table(
-            ["T", "H", "graph", "of copy", "event", "torch.compile graph", "x compile"] + pc,
-            [[r["t"], r["h"], r["graph_us"], f"{r['copy_frac']:.0%}", r["us"],
-              r["compile_graph_us"], r["vs_compile"]] + pv(r) for r in rows])]
+            ["T", "H", "graph", "of copy"] + sc + ["event", "torch.compile graph", "x compile"]
+            + pc, [[r["t"], r["h"], r["graph_us"], f"{r['copy_frac']:.0%}"] + sv(r)
+                   + [r["us"], r["compile_graph_us"], r["vs_compile"]] + pv(r) for r in rows])]
     if run.get("rmsnorm"):
         pc, pv = _peer_cols(run["rmsnorm"])
         out += ["", "**rmsnorm / fused_add_rmsnorm** (bf16)", "", _table(
@@ -70,10 +80,11 @@ def tables(run: dict, source: str) -> str:
         rgq = [r for r in run["rmsnorm_quant"] if r["op"] == "rmsnorm_group_quant"]
         dual = [r for r in run["rmsnorm_quant"] if r["op"] == "dual_rmsnorm_group_quant"]
         pc, pv = _peer_cols(rgq)
+        sc, sv = _same_copy_cols(rgq)
         out += ["", "**rmsnorm_group_quant** (bf16 in, G = 128)", "", _table(
-            ["T", "H", "graph", "of copy", "event", "torch.compile graph", "x compile"] + pc,
-            [[r["t"], r["h"], r["graph_us"], f"{r['copy_frac']:.0%}", r["us"],
-              r["compile_graph_us"], r["vs_compile"]] + pv(r) for r in rgq])]
+            ["T", "H", "graph", "of copy"] + sc + ["event", "torch.compile graph", "x compile"]
+            + pc, [[r["t"], r["h"], r["graph_us"], f"{r['copy_frac']:.0%}"] + sv(r)
+                   + [r["us"], r["compile_graph_us"], r["vs_compile"]] + pv(r) for r in rgq])]
         out += ["", "**dual_rmsnorm_group_quant** (q 1536 + kv 512): one launch against "
                 "rmsnorm_group_quant + rmsnorm", "", _table(
                     ["T", "G", "one, graph", "two, graph", "speedup", "one, event",
@@ -111,6 +122,11 @@ def _peer_span(rows: list[dict], x: str) -> str:
                    for k, label in PEERS if any(f"vs_{k}" in r for r in rows))
 
 
+def _same_span(rows: list[dict]) -> str:
+    same = [r["same_copy_frac"] for r in rows if "same_copy_frac" in r]
+    return f" ({_span(same)} of a same-size copy)" if same else ""
+
+
 def summary(run: dict) -> str:
     """One line per family: the large-problem fraction of copy and the ratio to its peer."""
     x = "{:.2f}x"
@@ -120,7 +136,8 @@ def summary(run: dict) -> str:
     if run.get("quant"):
         rows = big([r for r in run["quant"] if r["g"] == 128])
         lines.append(f"- per_token_group_quant_fp8 (bf16, G 128): {_span(r['copy_frac'] for r in rows)}"
-                     f" of copy; {_span((r['vs_compile'] for r in rows), x)} torch.compile"
+                     f" of copy{_same_span(rows)}; "
+                     f"{_span((r['vs_compile'] for r in rows), x)} torch.compile"
                      + _peer_span(run["quant"], x))
     for op in ("rmsnorm", "fused_add_rmsnorm"):
         rows = big([r for r in run.get("rmsnorm", []) if r["op"] == op])
@@ -132,7 +149,8 @@ def summary(run: dict) -> str:
     rows = big([r for r in run.get("rmsnorm_quant", []) if r["op"] == "rmsnorm_group_quant"])
     if rows:
         lines.append(f"- rmsnorm_group_quant (bf16, G 128): {_span(r['copy_frac'] for r in rows)}"
-                     f" of copy; {_span((r['vs_compile'] for r in rows), x)} torch.compile"
+                     f" of copy{_same_span(rows)}; "
+                     f"{_span((r['vs_compile'] for r in rows), x)} torch.compile"
                      + _peer_span([r for r in run["rmsnorm_quant"]
                                    if r["op"] == "rmsnorm_group_quant"], x))
     dual = [r for r in run.get("rmsnorm_quant", []) if r["op"] == "dual_rmsnorm_group_quant"]

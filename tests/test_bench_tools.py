@@ -24,6 +24,16 @@ def test_report_shows_a_peer_where_the_run_timed_it():
     assert "0.90x AITER Triton" in bench_report.summary(_run())
 
 
+def test_report_shows_the_same_size_copy_where_timed():
+    run = _run()
+    assert "same-size" not in bench_report.summary(run)
+    run["rmsnorm_quant"][0].update(same_copy_graph_us=8.5, same_copy_frac=0.85)
+    text = bench_report.tables(run, "x.json")
+    assert "| 4096 | 4096 | 10 | 90% | 85% | 12 | 20 | 2 | 9 | 0.9 |" in text
+    assert "| 8192 | 4096 | 10 | 90% | - | 12 |" in text
+    assert "(85% of a same-size copy)" in bench_report.summary(run)
+
+
 def test_report_has_no_peer_column_without_peer_figures():
     run = _run()
     del run["rmsnorm_quant"][0]["aiter_graph_us"], run["rmsnorm_quant"][0]["vs_aiter"]
