@@ -440,7 +440,11 @@ def test_emu_gap_mfma_32x32_accumulators_gfx942():
     check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
     with gaps.disabled("mfma_32x32_out"):
         out = gemm_with_config(a, sa, b, sb, c)
-    assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5
+    # Most rows land in another row's place; the rows' spread of magnitudes makes the mean
+    # error of the whole output a poor witness (a few large rows may stay in place).
+    ref = reference.gemm_a8w8_blockscale(a, sa, b, sb).float()
+    row_err = (out.float() - ref).abs().mean(1) / ref.abs().mean(1)
+    assert (row_err > 1e-2).float().mean() > 0.5, row_err
 
 
 def test_emu_gap_mfma_x2_decode_gfx950():
