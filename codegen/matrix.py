@@ -73,6 +73,14 @@ ATOMS = {a.name: a for a in (
          b_col="(lane & 15)", b_kgroup="(lane >> 4)",
          c=tuple((f"((lane >> 4) * 4 + {i})", "(lane & 15)") for i in range(4)), lane_bytes=32,
          cycles=32),
+    # gfx950 (wave64): D[32x32] += A[32x64] B[64x32], FP8 x FP8, no scaling; 32 bytes of a row
+    # per lane (K split over lanes l and l + 32), D as the other 32 x 32 MFMAs. 16 passes:
+    # 16x16x128's rate for twice the outputs per instruction.
+    Atom("mfma_f32_32x32x64_f8f6f4", "v_mfma_f32_32x32x64_f8f6f4", 32, 32, 64, 64, 2,
+         a_rows=("(lane & 31)",), a_kgroup="(lane >> 5)",
+         b_col="(lane & 31)", b_kgroup="(lane >> 5)",
+         c=tuple((f"((lane >> 5) * 4 + {8 * (i // 4) + i % 4})", "(lane & 31)")
+                 for i in range(16)), lane_bytes=32, cycles=64),
     # gfx1200 / gfx1201 (wave32): D[16x16] += A[16x16] B[16x16] (8 cycles: the calculator, RDNA4)
     Atom("wmma_f32_16x16x16_fp8", "v_wmma_f32_16x16x16_fp8_fp8", 16, 16, 16, 32, 2,
          a_rows=("(lane & 15)",), a_kgroup="(lane >> 4)",
@@ -95,7 +103,8 @@ TARGET_ATOM = {"gfx942": "mfma_f32_16x16x32_fp8", "gfx950": "mfma_f32_16x16x32_f
                "sm_90a": "mma_m16n8k32_e4m3"}
 # The larger instructions the lds kernel may take instead (the GEMM's `atom` axis), by arch.
 LARGE_ATOMS = {"32x32x16": ("mfma_f32_32x32x16_fp8", ("gfx942", "gfx950")),
-               "16x16x128": ("mfma_f32_16x16x128_f8f6f4", ("gfx950",))}
+               "16x16x128": ("mfma_f32_16x16x128_f8f6f4", ("gfx950",)),
+               "32x32x64": ("mfma_f32_32x32x64_f8f6f4", ("gfx950",))}
 
 
 def atom_for(arch: str, kernel: str = "mma", atom: str = "") -> Atom | None:

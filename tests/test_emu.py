@@ -447,6 +447,23 @@ def test_emu_gap_mfma_32x32_accumulators_gfx942():
     assert (row_err > 1e-2).float().mean() > 0.5, row_err
 
 
+def test_emu_gap_mfma_32x32x64_accumulators_gfx950():
+    """v_mfma_f32_32x32x64_f8f6f4 keeps D as the other 32 x 32 MFMAs; the emulator placed row
+    16 (lane / 32) + r in register r there too."""
+    from codegen.emu import gaps
+    from codegen.ops.gemm import gemm_with_config
+
+    on("gfx950")
+    c = gemm_family.config("lds", 64, 64, stages=2, atom="32x32x64")
+    a, sa, b, sb = gemm_inputs("gfx950", 67, 136, 256)
+    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
+    with gaps.disabled("mfma_32x32_out"):
+        out = gemm_with_config(a, sa, b, sb, c)
+    ref = reference.gemm_a8w8_blockscale(a, sa, b, sb).float()
+    row_err = (out.float() - ref).abs().mean(1) / ref.abs().mean(1)
+    assert (row_err > 1e-2).float().mean() > 0.5, row_err
+
+
 def test_emu_gap_mfma_x2_decode_gfx950():
     """Two unscaled v_mfma_f32_16x16x128_f8f6f4 in a row: the emulator decoded the pair as one
     scaled MFMA (it matched VOP3PX2 by its second word only), so the second never ran and its

@@ -65,6 +65,8 @@ def test_table_entries_are_used_and_valid():
      "does not have"),
     ("gfx942", dict(kernel="lds", block_m=64, block_n=64, stages=2, atom="16x16x128"),
      "does not have"),
+    ("gfx942", dict(kernel="lds", block_m=64, block_n=64, stages=2, atom="32x32x64"),
+     "does not have"),
     ("gfx950", dict(kernel="mma", block_m=32, block_n=32, atom="32x32x16"), "does not have"),
 ])
 def test_validation_rejects_before_compiling(arch, cfg, why):

@@ -61,6 +61,22 @@ def doc_mfma_16x16x128_f8f6f4():
     return a, b, d
 
 
+def doc_mfma_32x32x64_f8f6f4():
+    """CDNA4, v_mfma_f32_32x32x64_f8f6f4 with FP8 A and B (cbsz = blgp = 0): lane l holds row
+    l%32 of A; with g = l//32, byte j of its 32-byte operand is K = 16g + j%16 + 32(j//16)
+    (Composable Kernel's hardware probe test/mx_mfma_op/scale_mapping_32x32x64: row i's K 0-15
+    and 32-47 in lane i, 16-31 and 48-63 in lane i + 32); B likewise with its column; D as the
+    other 32 x 32 MFMAs: D[i][j] in lane 32*((i//4)%2)+j, register 4*(i//8)+i%4. The kernel
+    feeds 32 contiguous bytes of K per lane: a permutation of K shared by A and B."""
+    def slot(k):
+        return (k % 32) // 16, k % 16 + 16 * (k // 32)
+    a = {(i, k): (32 * slot(k)[0] + i, slot(k)[1]) for i in range(32) for k in range(64)}
+    b = {(k, j): (32 * slot(k)[0] + j, slot(k)[1]) for j in range(32) for k in range(64)}
+    d = {(i, j): (32 * ((i // 4) % 2) + j, 4 * (i // 8) + i % 4)
+         for i in range(32) for j in range(32)}
+    return a, b, d
+
+
 def doc_wmma_16x16x16_fp8():
     """RDNA4 ISA / matrix calculator, v_wmma_f32_16x16x16_fp8_fp8 (wave32): A[i][k] in lane
     16*(k//8)+i, byte k%8 of the two dwords; B[k][j] likewise; D[i][j] in lane 16*(i//8)+j,
@@ -95,6 +111,7 @@ def doc_mma_m16n8k32_e4m3():
 DOCS = {"mfma_f32_16x16x32_fp8": doc_mfma_16x16x32_fp8,
         "mfma_f32_32x32x16_fp8": doc_mfma_32x32x16_fp8,
         "mfma_f32_16x16x128_f8f6f4": doc_mfma_16x16x128_f8f6f4,
+        "mfma_f32_32x32x64_f8f6f4": doc_mfma_32x32x64_f8f6f4,
         "wmma_f32_16x16x16_fp8": doc_wmma_16x16x16_fp8,
         "mma_m16n8k32_e4m3": doc_mma_m16n8k32_e4m3}
 

@@ -237,14 +237,21 @@ def _wmma(original):
 # AMD's Matrix Instruction Calculator (CDNA3, v_mfma_f32_32x32x16_fp8_fp8, D matrix): rows 0-3
 # of D are in registers 0-3 of lanes 0-31, rows 4-7 in registers 0-3 of lanes 32-63, rows 8-11
 # in registers 4-7 of lanes 0-31, ...: row 8 (r / 4) + 4 (lane / 32) + r % 4 in register r,
-# column lane % 32. The emulator places row 16 (lane / 32) + r there. We compile the FP8 one
-# ourselves: A[i][k] from lane i + 32 (k / 8), byte k % 8 of the 64-bit operand; B likewise.
+# column lane % 32; CDNA4's v_mfma_f32_32x32x64_f8f6f4 keeps D the same way. The emulator places
+# row 16 (lane / 32) + r there. We compile the FP8 ones ourselves: with B bytes of a row per
+# lane (8, or 32 for the f8f6f4 one) and K = 2 B, A[i][k] is byte k % B of lane i + 32 (k / B)'s
+# operand; B likewise. (The f8f6f4 instruction's own K order within a lane differs; any order
+# shared by A and B gives the same sums, and the kernel feeds both alike.)
+_MFMA_32X32_FP8 = {"V_MFMA_F32_32X32X16_FP8_FP8": 8, "V_MFMA_F32_32X32X64_F8F6F4": 32}
 
-def _mfma_32x32x16_fp8(inst, ctx):
+
+def _mfma_32x32_fp8(inst, ctx, lane_bytes):
     from test.mockgpu.amd import pcode
     from tinygrad.dtype import dtypes
     from tinygrad.uop.ops import UOp
 
+    if lane_bytes == 32 and (int(inst.cbsz) or int(inst.blgp)):
+        raise RuntimeError("v_mfma_f32_32x32x64_f8f6f4: only FP8 (E4M3) A and B are emulated")
     cvt = pcode._FUNCS["fp8_to_f32"]
     kind = type(inst)
     exec_mask = ctx.rexec()
@@ -256,23 +263,25 @@ def _mfma_32x32x16_fp8(inst, ctx):
                                                                           ctx.wvgpr_dyn)
     c_in_regs = src2 >= _u32(256)                       # else an inline constant: 0
     c_base = src2 - _u32(256)
+    k_all = 2 * lane_bytes
 
     def lane(i):
         return UOp.const(i, dtypes.int)
 
     def element(src, index, k):
-        word = ctx.rvgpr_dyn(src + _u32((k % 8) // 4), lane(index + 32 * (k // 8)))
+        word = ctx.rvgpr_dyn(src + _u32((k % lane_bytes) // 4),
+                             lane(index + 32 * (k // lane_bytes)))
         return cvt((word >> _u32(8 * (k % 4))) & _u32(0xFF))
 
-    a = [[element(src0, i, k) for k in range(16)] for i in range(32)]
-    b = [[element(src1, j, k) for k in range(16)] for j in range(32)]
+    a = [[element(src0, i, k) for k in range(k_all)] for i in range(32)]
+    b = [[element(src1, j, k) for k in range(k_all)] for j in range(32)]
     stores = []
     for i in range(32):
         for j in range(32):
             where, reg = lane(j + 32 * ((i // 4) % 2)), 4 * (i // 8) + i % 4
             c = c_in_regs.where(read_c(c_base + _u32(reg), where), _u32(0)).bitcast(
                 dtypes.float32)
-            d = sum((a[i][k] * b[j][k] for k in range(1, 16)), a[i][0] * b[j][0]) + c
+            d = sum((a[i][k] * b[j][k] for k in range(1, k_all)), a[i][0] * b[j][0]) + c
             stores.append(write_d(vdst + _u32(reg), where, d.bitcast(dtypes.uint32), exec_mask))
     return UOp.sink(*stores, *ctx.inc_pc())
 
@@ -280,8 +289,8 @@ def _mfma_32x32x16_fp8(inst, ctx):
 def _mfma(original):
     def compile_mfma(inst, ctx):
         name = inst.op.name
-        if on("mfma_32x32_out") and name == "V_MFMA_F32_32X32X16_FP8_FP8":
-            return _mfma_32x32x16_fp8(inst, ctx)
+        if on("mfma_32x32_out") and name in _MFMA_32X32_FP8:
+            return _mfma_32x32_fp8(inst, ctx, _MFMA_32X32_FP8[name])
         return original(inst, ctx)
     return compile_mfma
 

@@ -151,8 +151,8 @@ struct u32x8 {
   uint4 lo, hi;
 };
 
-// CDNA4's FP8 x FP8 MFMA, unscaled: format 0 (E4M3) for A and B, scale operands 0 (the backend
-// then emits v_mfma_f32_16x16x128_f8f6f4, not the scaled form).
+// CDNA4's FP8 x FP8 MFMAs, unscaled: format 0 (E4M3) for A and B, scale operands 0 (the backend
+// then emits v_mfma_f32_16x16x128_f8f6f4 / v_mfma_f32_32x32x64_f8f6f4, not the scaled form).
 template <int = 0>
 CG_DEVICE void mfma_f32_16x16x128_f8f6f4(float (&c)[4], const u32x8 (&a)[1], u32x8 b) {
 #if defined(__gfx950__)
@@ -165,6 +165,22 @@ CG_DEVICE void mfma_f32_16x16x128_f8f6f4(float (&c)[4], const u32x8 (&a)[1], u32
   for (int i = 0; i < 4; ++i) c[i] = acc[i];
 #elif defined(__HIP_DEVICE_COMPILE__)
   static_assert(sizeof(c) == 0, "v_mfma_f32_16x16x128_f8f6f4 needs gfx950");
+#endif
+}
+
+template <int = 0>
+CG_DEVICE void mfma_f32_32x32x64_f8f6f4(float (&c)[16], const u32x8 (&a)[1], u32x8 b) {
+#if defined(__gfx950__)
+  typedef float f16x __attribute__((ext_vector_type(16)));
+  typedef int i8 __attribute__((ext_vector_type(8)));
+  f16x acc;
+  for (int i = 0; i < 16; ++i) acc[i] = c[i];
+  acc = __builtin_amdgcn_mfma_scale_f32_32x32x64_f8f6f4(__builtin_bit_cast(i8, a[0]),
+                                                        __builtin_bit_cast(i8, b), acc, 0, 0,
+                                                        0, 0, 0, 0);
+  for (int i = 0; i < 16; ++i) c[i] = acc[i];
+#elif defined(__HIP_DEVICE_COMPILE__)
+  static_assert(sizeof(c) == 0, "v_mfma_f32_32x32x64_f8f6f4 needs gfx950");
 #endif
 }
 
