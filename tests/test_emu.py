@@ -465,6 +465,21 @@ def test_emu_gap_mfma_32x32x64_accumulators_gfx950():
         assert_rows_misplaced(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
 
 
+def test_emu_gap_mfma_acc_ab_gfx942():
+    """The 64 x 32 wave tile on v_mfma_f32_32x32x16_fp8_fp8 takes 264 registers, so the compiler
+    feeds the MFMA's A operand from AGPRs (its ACC bit); the emulator read VGPRs there."""
+    from codegen.emu import gaps
+    from codegen.ops.gemm import gemm_with_config
+
+    on("gfx942")
+    c = gemm_family.config("lds", 128, 64, stages=2, atom="32x32x16", wave_tile="w64x32")
+    a, sa, b, sb = gemm_inputs("gfx942", 131, 136, 272)
+    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
+    with gaps.disabled("mfma_acc_ab"):
+        out = gemm_with_config(a, sa, b, sb, c)
+    assert not rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) < 0.5   # NaN: wrong
+
+
 def test_emu_gap_mfma_x2_decode_gfx950():
     """Two unscaled v_mfma_f32_16x16x128_f8f6f4 in a row: the emulator decoded the pair as one
     scaled MFMA (it matched VOP3PX2 by its second word only), so the second never ran and its

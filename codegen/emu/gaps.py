@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
-FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "wmma_fp8", "mfma_32x32_out", "mfma_x2_decode",
-         "global_inv", "float_denorm")
+FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "wmma_fp8", "mfma_32x32_out", "mfma_acc_ab",
+         "mfma_x2_decode", "global_inv", "float_denorm")
 _off: set[str] = set()
 _emu = None
 _state = {"format": "ocp", "ftz": True}
@@ -242,6 +242,9 @@ def _wmma(original):
 # lane (8, or 32 for the f8f6f4 one) and K = 2 B, A[i][k] is byte k % B of lane i + 32 (k / B)'s
 # operand; B likewise. (The f8f6f4 instruction's own K order within a lane differs; any order
 # shared by A and B gives the same sums, and the kernel feeds both alike.)
+# "mfma_acc_ab": the VOP3P-MAI encoding's ACC bits (59 for SrcA, 60 for SrcB, as LLVM encodes
+# them for gfx90a and later) say an operand is in AGPRs; the emulator reads VGPRs whatever they
+# say. The compiler puts A there when a tile needs more than 256 registers.
 _MFMA_32X32_FP8 = {"V_MFMA_F32_32X32X16_FP8_FP8": 8, "V_MFMA_F32_32X32X64_F8F6F4": 32}
 
 
@@ -264,17 +267,18 @@ def _mfma_32x32_fp8(inst, ctx, lane_bytes):
     c_in_regs = src2 >= _u32(256)                       # else an inline constant: 0
     c_base = src2 - _u32(256)
     k_all = 2 * lane_bytes
+    in_agprs = int(_emu._iattr(inst, "acc")) if on("mfma_acc_ab") else 0
 
     def lane(i):
         return UOp.const(i, dtypes.int)
 
-    def element(src, index, k):
-        word = ctx.rvgpr_dyn(src + _u32((k % lane_bytes) // 4),
-                             lane(index + 32 * (k // lane_bytes)))
+    def element(src, agpr, index, k):
+        read = ctx.raccvgpr_dyn if agpr else ctx.rvgpr_dyn
+        word = read(src + _u32((k % lane_bytes) // 4), lane(index + 32 * (k // lane_bytes)))
         return cvt((word >> _u32(8 * (k % 4))) & _u32(0xFF))
 
-    a = [[element(src0, i, k) for k in range(k_all)] for i in range(32)]
-    b = [[element(src1, j, k) for k in range(k_all)] for j in range(32)]
+    a = [[element(src0, in_agprs & 1, i, k) for k in range(k_all)] for i in range(32)]
+    b = [[element(src1, in_agprs & 2, j, k) for k in range(k_all)] for j in range(32)]
     stores = []
     for i in range(32):
         for j in range(32):
