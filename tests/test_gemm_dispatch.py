@@ -74,6 +74,12 @@ def test_validation_rejects_before_compiling(arch, cfg, why):
 
 
 @pytest.mark.parametrize("arch", FP8_ARCHS)
+def test_every_default_config_validates(arch):
+    for c in fam.default_configs(arch):
+        assert validate(variant(arch, **c)) is None, (arch, c)
+
+
+@pytest.mark.parametrize("arch", FP8_ARCHS)
 def test_every_heuristic_pick_validates(arch):
     for m in range(1, 300):
         assert validate(variant(arch, **fam.heuristic(arch, m))) is None, (arch, m)

@@ -313,14 +313,14 @@ def default_configs(arch: str) -> list[dict]:
     each larger instruction the target has, some with the 64 x 32 wave tile too (for python -m
     codegen.tune on its GPU; the static estimate ranks them)."""
     picks = [heuristic(arch, m) for m in M_BUCKETS]
-    atoms = [""] + [value for value, (_, archs) in LARGE_ATOMS.items() if arch in archs]
-    picks += [config("lds", 128, 64, stages=2, atom=value) for value in atoms]
+    larger = [value for value, (_, archs) in LARGE_ATOMS.items() if arch in archs]
+    picks += [config("lds", 128, 64, stages=2, atom=value) for value in larger]
     if get_target(arch).wave_size == 64:
         # CDNA: the 64 x 32 wave tile (4 waves of 64) on the default instruction and on CDNA4's
         # 32-byte f8f6f4 ones. On 32x32x16 it takes 264 registers (A operands in AGPRs, one
         # wave per SIMD), estimated slower than the default instruction's.
         picks += [config("lds", 128, 64, stages=2, atom=value, wave_tile="w64x32")
-                  for value in atoms if not value or atom_for(arch, "lds", value).lane_bytes == 32]
+                  for value in ["", *larger] if not value or atom_for(arch, "lds", value).lane_bytes == 32]
     return [c for i, c in enumerate(picks) if c not in picks[:i]]
 
 
