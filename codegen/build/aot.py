@@ -12,7 +12,6 @@ from .. import knobs, paths
 from ..spec import Variant, enumerate_variants, families, validate
 from ..targets import Target
 from ..toolchain import Toolchain, find
-from ..families.gemm import loop_estimate
 from . import store
 from .jit import aot_current, cache_key, key_record, run_ninja, source_key
 from .ninja import Edge, ninja_text, outputs_for, support_files, write_if_different
@@ -169,7 +168,8 @@ def _manifest(target: Target, tc: Toolchain, entries: list[Entry], out: Path, lo
                 row.update(res)
                 block = get_family(v.family).context(v).get("block", target.wave_size)
                 row["occupancy"] = target.occupancy(res["vgpr_count"], res["lds_bytes"], block)
-                if row["asm"] and v.family == "gemm_a8w8_blockscale":
+                loop_estimate = getattr(get_family(v.family), "loop_estimate", None)
+                if row["asm"] and loop_estimate:
                     est = loop_estimate(v, (out / row["asm"]).read_text())
                     row["estimate"] = est.as_dict() if est else None
         variants.append(row)

@@ -319,8 +319,8 @@ def default_configs(arch: str) -> list[dict]:
         # CDNA: the 64 x 32 wave tile (4 waves of 64) on the default instruction and on CDNA4's
         # 32-byte f8f6f4 ones. On 32x32x16 it takes 264 registers (A operands in AGPRs, one
         # wave per SIMD), estimated slower than the default instruction's.
-        picks += [config("lds", 128, 64, stages=2, atom=value, wave_tile="w64x32")
-                  for value in ["", *larger] if not value or atom_for(arch, "lds", value).lane_bytes == 32]
+        wide = ["", *(v for v in larger if atom_for(arch, "lds", v).lane_bytes == 32)]
+        picks += [config("lds", 128, 64, stages=2, atom=v, wave_tile="w64x32") for v in wide]
     return [c for i, c in enumerate(picks) if c not in picks[:i]]
 
 
