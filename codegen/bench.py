@@ -390,7 +390,8 @@ def gemm_section(copy: dict, quick: bool) -> list[dict]:
                                 weight_gbs=n * k / gus / 1e3,
                                 weight_copy_frac=n * k / gus / 1e3 / copy["graph"],
                                 config="{kernel} {block_m}x{block_n} sk{split_k} s{stages}"
-                                .format(**cfg)))
+                                .format(**cfg) + (f" c{cfg['cluster']}" if cfg["cluster"] > 1
+                                                  else "")))
     table("gemm_a8w8_blockscale, bf16 out (graph time; weight GB/s = N*K bytes / time)",
           ["M", "N", "K", "graph us", "TFLOP/s", "cuBLAS TFLOP/s", "x cuBLAS", "weight GB/s",
            "of copy", "event us", "x cuBLAS (event)", "config"],

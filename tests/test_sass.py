@@ -52,7 +52,7 @@ def sass(cfg, tmp_path) -> tuple[str, str]:
                           check=True).stdout, ptxas
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['kernel']}{c['block_m']}x{c['block_n']}s{c['stages']}")
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['kernel']}{c['block_m']}x{c['block_n']}s{c['stages']}c{c['cluster']}")
 def test_hopper_gemm_sass(cfg, tmp_path):
     code, ptxas = sass(cfg, tmp_path)
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", ptxas), ptxas
@@ -63,6 +63,10 @@ def test_hopper_gemm_sass(cfg, tmp_path):
         assert "UTMALDG.2D" in code, "loads do not use the tensor memory accelerator"
         assert "UTMASTG.2D" in code, "the epilogue does not store through the TMA"
         assert "USETMAXREG.DEALLOC" in code and "USETMAXREG.TRY_ALLOC" in code
+        # a cluster shares B through multicast copies and syncs before its CTAs start and leave
+        multicast = "UTMALDG.2D.MULTICAST" in code
+        assert multicast == (cfg["cluster"] > 1), "multicast copies in the wrong configs"
+        assert (code.count("UCGABAR_WAIT") >= 2) == (cfg["cluster"] > 1)
         # the consumers' registers go past the 168 a 384-thread block starts with
         if cfg["block_m"] == 128 and cfg["block_n"] == 128:
             assert max(int(r) for r in re.findall(r"\bR(\d+)\b", code)) >= 168

@@ -197,7 +197,11 @@ def validate(v: Variant) -> str | None:
             return f"{kernel} takes split_k=1 and {least} or more stages"
         if wgmma_smem_bytes(v) > t.lds_bytes:
             return f"{wgmma_smem_bytes(v)} bytes of shared memory exceed {t.lds_bytes}"
+        if v["cluster"] != 1 and kernel != "tma":
+            return f"cluster={v['cluster']} is a tma-kernel option"
         return None
+    if v["cluster"] != 1:
+        return f"cluster={v['cluster']} is a tma-kernel option (TMA multicast, sm_90a)"
     if v["wave_tile"] and v["kernel"] != "lds":
         return f"wave_tile={v['wave_tile']} is an lds-kernel option"
     if v["kernel"] == "gemv":
@@ -269,7 +273,7 @@ def context(v: Variant) -> dict:
     ctx = dict(block_m=v["block_m"], block_n=v["block_n"], block=block_threads(v))
     if v["kernel"] in ("wgmma", "tma"):
         return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v),
-                    straddles=tma_straddles(v["block_n"]))
+                    straddles=tma_straddles(v["block_n"]), cluster=v["cluster"])
     if v["kernel"] == "gemv":
         return dict(ctx, split_k=v["split_k"], unroll=GEMV_UNROLL)
     atom = atom_for(v.arch, v["kernel"], v["atom"])
@@ -284,9 +288,9 @@ def context(v: Variant) -> dict:
 # ---- configs and dispatch -----------------------------------------------------------------
 
 def config(kernel: str, block_m: int, block_n: int, split_k: int = 1, stages: int = 1,
-           atom: str = "", wave_tile: str = "") -> dict:
+           atom: str = "", wave_tile: str = "", cluster: int = 1) -> dict:
     return dict(kernel=kernel, block_m=block_m, block_n=block_n, block_k=SCALE_BLOCK,
-                split_k=split_k, stages=stages, atom=atom, wave_tile=wave_tile)
+                split_k=split_k, stages=stages, atom=atom, wave_tile=wave_tile, cluster=cluster)
 
 
 def heuristic(arch: str, m: int) -> dict:
