@@ -401,16 +401,19 @@ def gemm_section(copy: dict, quick: bool) -> list[dict]:
     return results
 
 
-def host_us(fn, n=2000) -> float:
-    """Host wall time per call of fn, the GPU left to run behind it."""
+def host_us(fn, n=400, trials=5) -> float:
+    """Host wall time per call of fn, the GPU left to run behind it: the median of trials
+    loops of n calls (one loop of 2000 let a single host stall move an op by 6 us)."""
     fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / n * 1e6
+    per_call = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        per_call.append((time.perf_counter() - t0) / n * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(per_call)
 
 
 def host_overhead() -> dict:
