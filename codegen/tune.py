@@ -142,6 +142,10 @@ def main(argv=None) -> int:
             a, sa, b, sb = sets[0]
             ref = reference.gemm_a8w8_blockscale(a, sa, b, sb).float()
             timed = []
+
+            def graph_time(cfg):   # the cell's input sets, shared by every config timed
+                turn = iter(sets)
+                return graph_us(lambda: (lambda t=next(turn): gemm_with_config(*t, cfg)), nbytes)
             order = best_first(cands, est, m, n, k, props.multi_processor_count,
                                target.simds_per_cu)
             if args.top and est:
@@ -155,17 +159,12 @@ def main(argv=None) -> int:
                 if not (out - ref).abs().mean() <= 1e-3 * ref.abs().mean():   # NaN fails too
                     print(f"M={m} N={n} K={k}: {cfg} is wrong; left out", file=sys.stderr)
                     continue
-                turn = iter(sets)
-                us = graph_us(lambda c=cfg: (lambda t=next(turn): gemm_with_config(*t, c)),
-                              nbytes)
-                timed.append((us, cfg, rank))
+                timed.append((graph_time(cfg), cfg, rank))
             # the entry this cell has now, timed in the same run, where the candidates lack it
             # (--kernels): a restricted run replaces it only with something faster
             incumbent = fam.table(arch).get((fam.m_bucket(m), n, k))
             if incumbent and incumbent not in cands:
-                turn = iter(sets)
-                timed.append((graph_us(lambda c=incumbent: (
-                    lambda t=next(turn): gemm_with_config(*t, c)), nbytes), incumbent, -1))
+                timed.append((graph_time(incumbent), incumbent, -1))
             del sets
             us, best, rank = min(timed, key=lambda t: t[0])
             entries.append(dict(m=fam.m_bucket(m), n=n, k=k, config=best, us=round(us, 2),

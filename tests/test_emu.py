@@ -437,29 +437,17 @@ def assert_rows_misplaced(out, a, sa, b, sb):
     assert (row_err > 1e-2).float().mean() > 0.5, row_err
 
 
-def test_emu_gap_mfma_32x32_accumulators_gfx942():
-    """v_mfma_f32_32x32x16_fp8_fp8 keeps D row 8 (r / 4) + 4 (lane / 32) + r % 4 in register r
-    (the Matrix Instruction Calculator); the emulator placed row 16 (lane / 32) + r there."""
+@pytest.mark.parametrize("arch,atom", [("gfx942", "32x32x16"), ("gfx950", "32x32x64")])
+def test_emu_gap_mfma_32x32_accumulators(arch, atom):
+    """v_mfma_f32_32x32x16_fp8_fp8 (gfx942) and v_mfma_f32_32x32x64_f8f6f4 (gfx950) keep D row
+    8 (r / 4) + 4 (lane / 32) + r % 4 in register r (the Matrix Instruction Calculator); the
+    emulator placed row 16 (lane / 32) + r there."""
     from codegen.emu import gaps
     from codegen.ops.gemm import gemm_with_config
 
-    on("gfx942")
-    c = gemm_family.config("lds", 64, 64, stages=2, atom="32x32x16")
-    a, sa, b, sb = gemm_inputs("gfx942", 67, 136, 256)
-    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
-    with gaps.disabled("mfma_32x32_out"):
-        assert_rows_misplaced(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
-
-
-def test_emu_gap_mfma_32x32x64_accumulators_gfx950():
-    """v_mfma_f32_32x32x64_f8f6f4 keeps D as the other 32 x 32 MFMAs; the emulator placed row
-    16 (lane / 32) + r in register r there too."""
-    from codegen.emu import gaps
-    from codegen.ops.gemm import gemm_with_config
-
-    on("gfx950")
-    c = gemm_family.config("lds", 64, 64, stages=2, atom="32x32x64")
-    a, sa, b, sb = gemm_inputs("gfx950", 67, 136, 256)
+    on(arch)
+    c = gemm_family.config("lds", 64, 64, stages=2, atom=atom)
+    a, sa, b, sb = gemm_inputs(arch, 67, 136, 256)
     check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
     with gaps.disabled("mfma_32x32_out"):
         assert_rows_misplaced(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)

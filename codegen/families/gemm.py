@@ -185,6 +185,8 @@ def register_budget(v: Variant) -> int:
 
 def validate(v: Variant) -> str | None:
     t, bm, bn = v.target, v["block_m"], v["block_n"]
+    if v["cluster"] != 1 and v["kernel"] != "tma":
+        return f"cluster={v['cluster']} is a tma-kernel option (TMA multicast, sm_90a)"
     if v["kernel"] in ("wgmma", "tma"):
         kernel = v["kernel"]
         if t.arch != "sm_90a":
@@ -197,11 +199,7 @@ def validate(v: Variant) -> str | None:
             return f"{kernel} takes split_k=1 and {least} or more stages"
         if wgmma_smem_bytes(v) > t.lds_bytes:
             return f"{wgmma_smem_bytes(v)} bytes of shared memory exceed {t.lds_bytes}"
-        if v["cluster"] != 1 and kernel != "tma":
-            return f"cluster={v['cluster']} is a tma-kernel option"
         return None
-    if v["cluster"] != 1:
-        return f"cluster={v['cluster']} is a tma-kernel option (TMA multicast, sm_90a)"
     if v["wave_tile"] and v["kernel"] != "lds":
         return f"wave_tile={v['wave_tile']} is an lds-kernel option"
     if v["kernel"] == "gemv":
