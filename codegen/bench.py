@@ -392,28 +392,35 @@ def gemm_section(copy: dict, quick: bool) -> list[dict]:
                                 config="{kernel} {block_m}x{block_n} sk{split_k} s{stages}"
                                 .format(**cfg) + (f" c{cfg['cluster']}" if cfg["cluster"] > 1
                                                   else "")))
+            if m == 1:   # decode: the weight read against a copy moving as many bytes
+                results[-1]["same_copy_graph_us"] = same_size_copy_us(n * k)
+                results[-1]["same_copy_frac"] = results[-1]["same_copy_graph_us"] / gus
     table("gemm_a8w8_blockscale, bf16 out (graph time; weight GB/s = N*K bytes / time)",
           ["M", "N", "K", "graph us", "TFLOP/s", "cuBLAS TFLOP/s", "x cuBLAS", "weight GB/s",
-           "of copy", "event us", "x cuBLAS (event)", "config"],
+           "of copy", "of same-size copy", "event us", "x cuBLAS (event)", "config"],
           [[r["m"], r["n"], r["k"], r["graph_us"], r["tflops"], r["cublas_tflops"] or "n/a",
-            r["vs_cublas"] or "n/a", r["weight_gbs"], f"{r['weight_copy_frac']:.0%}", r["us"],
+            r["vs_cublas"] or "n/a", r["weight_gbs"], f"{r['weight_copy_frac']:.0%}",
+            f"{r['same_copy_frac']:.0%}" if "same_copy_frac" in r else "-", r["us"],
             r["vs_cublas_event"] or "n/a", r["config"]] for r in results])
     return results
 
 
-def host_us(fn, n=400, trials=5) -> float:
-    """Host wall time per call of fn, the GPU left to run behind it: the median of trials
-    loops of n calls (one loop of 2000 let a single host stall move an op by 6 us)."""
-    fn()
+def host_us(cases: dict, n=400, rounds=15) -> dict:
+    """Host wall time per call of each fn in cases, the GPU left to run behind it: the median
+    over rounds of a loop of n calls. The cases take turns within each round, so that a slow
+    spell of the host (one loop of 2000 once moved an op by 6 us) falls on all of them alike."""
+    loops = {name: [] for name in cases}
+    for fn in cases.values():
+        fn()
     torch.cuda.synchronize()
-    per_call = []
-    for _ in range(trials):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        per_call.append((time.perf_counter() - t0) / n * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(per_call)
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            loops[name].append((time.perf_counter() - t0) / n * 1e6)
+            torch.cuda.synchronize()
+    return {name: statistics.median(v) for name, v in loops.items()}
 
 
 def host_overhead() -> dict:
@@ -446,7 +453,7 @@ def host_overhead() -> dict:
         "vllm.rms_norm": lambda: vllm.rms_norm(y, x, w, 1e-6),
         "vllm.per_token_group_quant_fp8": lambda: vllm.per_token_group_quant_fp8(x, 128),
     }
-    us = {name: min(host_us(fn) for _ in range(3)) for name, fn in cases.items()}
+    us = host_us(cases)
     bare = us["torch.mul(out=)"]
     table("host time per eager call, T=1 (us; overhead = call - torch.mul(out=))",
           ["call", "us", "overhead us"], [[k, v, v - bare] for k, v in us.items()])

@@ -95,10 +95,11 @@ def tables(run: dict, source: str) -> str:
         out += ["", "**gemm_a8w8_blockscale** (bf16 out) against cuBLAS blockwise "
                 "(torch._scaled_mm, 1x128 / 128x128), graph time", "", _table(
                     ["M", "N", "K", "graph", "TFLOP/s", "cuBLAS TFLOP/s", "x cuBLAS",
-                     "weights, of copy", "event", "config"],
+                     "weights, of copy", "weights, of same-size copy", "event", "config"],
                     [[r["m"], r["n"], r["k"], r["graph_us"], r["tflops"], r["cublas_tflops"],
-                      r["vs_cublas"], f"{r['weight_copy_frac']:.0%}", r["us"], r["config"]]
-                     for r in run["gemm"]])]
+                      r["vs_cublas"], f"{r['weight_copy_frac']:.0%}",
+                      f"{r['same_copy_frac']:.0%}" if "same_copy_frac" in r else "-", r["us"],
+                      r["config"]] for r in run["gemm"]])]
     if run.get("overhead", {}).get("calls_us"):
         o = run["overhead"]
         out += ["", "**Host time per eager call** (T = 1; overhead: over a bare "
@@ -168,7 +169,9 @@ def summary(run: dict) -> str:
     ones = [r for r in gemm if r["m"] == 1]
     if ones:
         lines.append(f"- gemm_a8w8_blockscale, M = 1: weights read at "
-                     f"{_span(r['weight_copy_frac'] for r in ones)} of copy")
+                     f"{_span(r['weight_copy_frac'] for r in ones)} of copy" +
+                     (f", {_span(r['same_copy_frac'] for r in ones)} of a same-size copy"
+                      if all("same_copy_frac" in r for r in ones) else ""))
     o = run.get("overhead", {}).get("overhead_us")
     if isinstance(o, dict):
         single = {k: v for k, v in o.items()
