@@ -19,6 +19,16 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def poison_pool(*nbytes: int) -> None:
+    """Poison freed blocks of these sizes, so an op's outputs are allocated over NaN bytes: one
+    block per output (the Python path's allocations) and one of them all, each 256-byte aligned
+    (the C++ path carves a call's outputs out of one allocation)."""
+    carved = sum((n + 255) // 256 * 256 for n in nbytes)
+    junk = [poison_(torch.empty(n, dtype=torch.uint8, device="cuda"))
+            for n in (*nbytes, carved) if n]
+    del junk
+
+
 def boundary_rows(t: int, g: int, dtype, fmax: float, fnuz: bool,
                   device="cuda") -> torch.Tensor:
     """Groups whose quotients x / scale fall on or beside fp8 rounding midpoints.

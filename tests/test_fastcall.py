@@ -100,6 +100,21 @@ def _same_output(a, b):
     assert (a.shape, a.stride(), a.dtype) == (b.shape, b.stride(), b.dtype)
 
 
+def _carved(outs):
+    """The C++ path's outputs: one storage, each 256-byte aligned, apart, and inside it."""
+    storage = outs[0].untyped_storage()
+    spans = []
+    for t in outs:
+        assert t.untyped_storage().data_ptr() == storage.data_ptr()
+        start = t.data_ptr() - storage.data_ptr()
+        span = 0 if t.numel() == 0 else t.element_size() * (
+            1 + sum((d - 1) * st for d, st in zip(t.shape, t.stride())))
+        assert start % 256 == 0 and start + span <= storage.nbytes()
+        spans.append((start, start + span))
+    spans.sort()
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
 def _compare(dev, n, run_python, run_fast, out_slots):
     """Both paths' outputs have one shape, strides and dtype, and their launches the same
     arguments but the output pointers (each path's own outputs')."""
@@ -110,6 +125,7 @@ def _compare(dev, n, run_python, run_fast, out_slots):
     py, fa = (py if isinstance(py, tuple) else (py,)), (fa if isinstance(fa, tuple) else (fa,))
     for a, b in zip(py, fa):
         _same_output(a, b)
+    _carved(fa)
     for slot, t in zip(out_slots, fa):
         assert fa_args[slot] == t.data_ptr()
         py_args[slot] = fa_args[slot]

@@ -19,7 +19,7 @@ from codegen import ops, reference
 from codegen.ops.quant import empty_scales
 
 from .checks import MEASURED, assert_same, check_fused_quant, check_ulps, check_vs_reference_quant
-from .gpu_data import poison_, rows_with_spread
+from .gpu_data import poison_pool, rows_with_spread
 
 pytestmark = pytest.mark.gpu
 
@@ -49,12 +49,6 @@ def data(t: int, h: int, dtype) -> torch.Tensor:
 
 def weight(h: int, dtype) -> torch.Tensor:
     return (1 + 0.5 * torch.randn(h, device="cuda")).to(dtype)
-
-
-def poison_pool(*nbytes: int) -> None:
-    """Poison freed blocks of these sizes, so the op's outputs are allocated over NaN bytes."""
-    junk = [poison_(torch.empty(n, dtype=torch.uint8, device="cuda")) for n in nbytes if n]
-    del junk
 
 
 def fp8_info():

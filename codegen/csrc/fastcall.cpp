@@ -2,6 +2,7 @@
 // call signature, allocate the outputs, launch. A call whose signature has no plan, or whose
 // per-call checks (row count, alignment) fail, returns None and the Python path runs: it checks
 // everything, raises the errors that name the argument, and records a plan for next time.
+// A call's outputs come out of one allocation (see allocate).
 //
 // Signature of a tensor: dtype, device, sizes (the row count of a 2-D operand as 0, 1 or more
 // where the plan does not depend on it; a weight's length exactly) and strides: what the Python
@@ -11,6 +12,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/TensorImpl.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -112,12 +114,44 @@ int64_t row_stride_bytes(const at::Tensor& t) {
   return (t.size(0) > 1 ? t.stride(0) : t.size(1)) * t.element_size();
 }
 
+// An output of a call: its sizes, strides, dtype and the elements its allocation holds.
+struct Out {
+  std::vector<int64_t> sizes, strides;
+  at::ScalarType dtype;
+  int64_t elems;
+};
+
+Out contiguous(int64_t t, int64_t h, at::ScalarType dtype) { return {{t, h}, {h, 1}, dtype, t * h}; }
+
 // fp32 scales [t, groups] in the layout's strides (as ops/quant.py's empty_scales).
-at::Tensor empty_scales(int64_t t, const Plan& p, const at::Tensor& like) {
-  const auto opts = like.options().dtype(at::kFloat);
-  if (p.layout == kRow) return at::empty({t, p.groups}, opts);
+Out scales(int64_t t, const Plan& p) {
+  if (p.layout == kRow) return contiguous(t, p.groups, at::kFloat);
   const int64_t stride = p.layout == kCol ? t : (t + 3) / 4 * 4;
-  return at::empty({p.groups, stride}, opts).narrow(1, 0, t).t();
+  return {{t, p.groups}, {1, stride}, at::kFloat, p.groups * stride};
+}
+
+// The call's outputs, carved 256-byte aligned out of one allocation on like's device: one trip
+// through the allocator instead of one per output (an eager call's largest host cost after the
+// launch). They share that storage, which lives until the last of them is freed.
+std::vector<at::Tensor> allocate(const at::Tensor& like, std::initializer_list<Out> outs) {
+  std::vector<int64_t> at_byte;
+  int64_t bytes = 0;
+  for (const Out& o : outs) {
+    bytes = (bytes + 255) / 256 * 256;
+    at_byte.push_back(bytes);
+    bytes += o.elems * int64_t(c10::elementSize(o.dtype));
+  }
+  const at::Tensor buf = at::empty({bytes}, like.options().dtype(at::kByte));
+  std::vector<at::Tensor> tensors;
+  size_t i = 0;
+  for (const Out& o : outs) {
+    at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(buf.storage()), buf.key_set(), c10::scalarTypeToTypeMeta(o.dtype));
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(
+        o.sizes, o.strides, at_byte[i++] / int64_t(c10::elementSize(o.dtype)));
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
 }
 
 // C++ exceptions (an allocation that fails, a device error) become Python errors.
@@ -160,8 +194,8 @@ PyObject* quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
   if (p == nullptr) Py_RETURN_NONE;
   const at::Tensor& x = tensor(a[1]);
   const int64_t t = x.size(0), h = x.size(1);
-  at::Tensor q = at::empty({t, h}, x.options().dtype(p->out_dtype));
-  at::Tensor s = empty_scales(t, *p, x);
+  auto outs = allocate(x, {contiguous(t, h, p->out_dtype), scales(t, *p)});
+  at::Tensor &q = outs[0], &s = outs[1];
   if (t > 0) {
     const int64_t col = p->layout == kCol ? t : (t + 3) / 4 * 4;
     const int rc = reinterpret_cast<QuantFn>(p->fn)(
@@ -225,8 +259,8 @@ PyObject* norm_quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
       (res && (tensor(a[3]).size(0) != t || !aligned(tensor(a[3]))))) {
     Py_RETURN_NONE;
   }
-  at::Tensor q = at::empty({t, h}, x.options().dtype(p->out_dtype));
-  at::Tensor s = empty_scales(t, *p, x);
+  auto outs = allocate(x, {contiguous(t, h, p->out_dtype), scales(t, *p)});
+  at::Tensor &q = outs[0], &s = outs[1];
   if (t > 0) {
     const int rc = reinterpret_cast<NormQuantFn>(p->fn)(
         x.data_ptr(), res ? ptr(tensor(a[3])) : nullptr, w.data_ptr(), ptr(q), ptr(s), nullptr,
@@ -255,9 +289,9 @@ PyObject* dual(PyObject*, PyObject* const* a, Py_ssize_t n) {
       !aligned(kw)) {
     Py_RETURN_NONE;
   }
-  at::Tensor q8 = at::empty({t, hq}, q.options().dtype(p->out_dtype));
-  at::Tensor s = empty_scales(t, *p, q);
-  at::Tensor kv_out = at::empty({t, hkv}, kv.options());
+  auto outs = allocate(q, {contiguous(t, hq, p->out_dtype), scales(t, *p),
+                           contiguous(t, hkv, kv.scalar_type())});
+  at::Tensor &q8 = outs[0], &s = outs[1], &kv_out = outs[2];
   if (t > 0) {
     const int rc = reinterpret_cast<DualFn>(p->fn)(
         q.data_ptr(), qw.data_ptr(), ptr(q8), ptr(s), kv.data_ptr(), kw.data_ptr(), ptr(kv_out),
