@@ -39,9 +39,8 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
         raise ValueError(f"x: column-major scales need 2-D x, got shape {tuple(x.shape)}")
     layout = ("col_tma" if tma_aligned_scales else "col") if column_major_scales else "row"
     flat = x.dim() == 2
-    q, s = ops.per_token_group_quant_fp8(x if flat else x.reshape(-1, x.shape[-1]), group_size,
-                                         scale_layout=layout, ue8m0=bool(use_ue8m0),
-                                         fp8_dtype=dtype)
+    q, s = ops.per_token_group_quant_fp8(_rows(x), group_size, scale_layout=layout,
+                                         ue8m0=bool(use_ue8m0), fp8_dtype=dtype)
     if out_q is not None:
         if out_q.shape != x.shape or out_q.dtype != q.dtype:
             raise ValueError(f"out_q: {tuple(out_q.shape)} {out_q.dtype}, expected "
@@ -53,6 +52,11 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
     return q.view(x.shape), s.view(*x.shape[:-1], s.shape[-1])
 
 
+def _rows(t: torch.Tensor) -> torch.Tensor:
+    """t as [rows, last dim]: itself where it is 2-D already (a view costs a dispatch)."""
+    return t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
+
+
 def _unit_weight(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
     return weight if weight is not None else torch.ones(x.shape[-1], dtype=x.dtype,
                                                         device=x.device)
@@ -61,18 +65,16 @@ def _unit_weight(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
 def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
              epsilon: float) -> None:
     """vLLM's _custom_ops.rms_norm: out = rmsnorm(input) * weight (weight None: ones)."""
-    h = input.shape[-1]
-    ops.rmsnorm(input.reshape(-1, h), _unit_weight(weight, input), epsilon,
-                out=out.view(-1, h))
+    ops.rmsnorm(_rows(input), _unit_weight(weight, input), epsilon,
+                out=out if out.dim() == 2 else out.view(-1, out.shape[-1]))
 
 
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor,
                        weight: torch.Tensor | None, epsilon: float) -> None:
     """vLLM's _custom_ops.fused_add_rms_norm, in place: residual = input + residual, then
     input = rmsnorm(residual) * weight."""
-    h = input.shape[-1]
-    x = input.view(-1, h)
-    ops.fused_add_rmsnorm(x, residual.view(-1, h), _unit_weight(weight, input), epsilon, out=x)
+    x = input if input.dim() == 2 else input.view(-1, input.shape[-1])
+    ops.fused_add_rmsnorm(x, _rows(residual), _unit_weight(weight, input), epsilon, out=x)
 
 
 def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon: float,
@@ -112,11 +114,10 @@ def w8a8_triton_block_scaled_mm(A: torch.Tensor, B: torch.Tensor, As: torch.Tens
     128 x 128 block; block_size must be [128, 128]. Computed as bf16, then output_dtype."""
     if list(block_size) != [128, 128]:
         raise ValueError(f"block_size: {list(block_size)}; the kernels take [128, 128] blocks")
-    lead = A.shape[:-1]
-    c = ops.gemm_a8w8_blockscale(A.reshape(-1, A.shape[-1]), As.reshape(-1, As.shape[-1]), B, Bs)
+    c = ops.gemm_a8w8_blockscale(_rows(A), _rows(As), B, Bs)
     if c.dtype != output_dtype:
         c = c.to(output_dtype)
-    return c.view(*lead, B.shape[0])
+    return c if A.dim() == 2 else c.view(*A.shape[:-1], B.shape[0])
 
 
 w8a8_block_fp8_matmul = w8a8_triton_block_scaled_mm    # its earlier name in vLLM
