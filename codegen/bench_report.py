@@ -102,8 +102,9 @@ def tables(run: dict, source: str) -> str:
                       r["config"]] for r in run["gemm"]])]
     if run.get("overhead", {}).get("calls_us"):
         o = run["overhead"]
+        again = f"; measured again at commit {o['commit']}" if o.get("commit") else ""
         out += ["", "**Host time per eager call** (T = 1; overhead: over a bare "
-                "`torch.mul(out=)` launch)", "", _table(
+                f"`torch.mul(out=)` launch{again})", "", _table(
                     ["call", "us", "overhead us"],
                     [[k, v, o["overhead_us"][k]] for k, v in o["calls_us"].items()])]
     return "\n".join(out) + "\n"
