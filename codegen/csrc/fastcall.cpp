@@ -16,6 +16,7 @@
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -121,13 +122,16 @@ struct Out {
   int64_t elems;
 };
 
-Out contiguous(int64_t t, int64_t h, at::ScalarType dtype) { return {{t, h}, {h, 1}, dtype, t * h}; }
+// (strides as torch gives an empty tensor of these sizes: a zero size counts as one)
+Out contiguous(int64_t t, int64_t h, at::ScalarType dtype) {
+  return {{t, h}, {std::max<int64_t>(h, 1), 1}, dtype, t * h};
+}
 
 // fp32 scales [t, groups] in the layout's strides (as ops/quant.py's empty_scales).
 Out scales(int64_t t, const Plan& p) {
   if (p.layout == kRow) return contiguous(t, p.groups, at::kFloat);
   const int64_t stride = p.layout == kCol ? t : (t + 3) / 4 * 4;
-  return {{t, p.groups}, {1, stride}, at::kFloat, p.groups * stride};
+  return {{t, p.groups}, {1, std::max<int64_t>(stride, 1)}, at::kFloat, p.groups * stride};
 }
 
 // The call's outputs, carved 256-byte aligned out of one allocation on like's device: one trip
