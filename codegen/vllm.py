@@ -52,9 +52,12 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
     return q.view(x.shape), s.view(*x.shape[:-1], s.shape[-1])
 
 
-def _rows(t: torch.Tensor) -> torch.Tensor:
-    """t as [rows, last dim]: itself where it is 2-D already (a view costs a dispatch)."""
-    return t if t.dim() == 2 else t.reshape(-1, t.shape[-1])
+def _rows(t: torch.Tensor, written: bool = False) -> torch.Tensor:
+    """t as [rows, last dim]: itself where it is 2-D already (a view costs a dispatch). A tensor
+    the op writes must be a view of t (view raises where reshape would copy)."""
+    if t.dim() == 2:
+        return t
+    return t.view(-1, t.shape[-1]) if written else t.reshape(-1, t.shape[-1])
 
 
 def _unit_weight(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
@@ -65,16 +68,16 @@ def _unit_weight(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
 def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
              epsilon: float) -> None:
     """vLLM's _custom_ops.rms_norm: out = rmsnorm(input) * weight (weight None: ones)."""
-    ops.rmsnorm(_rows(input), _unit_weight(weight, input), epsilon,
-                out=out if out.dim() == 2 else out.view(-1, out.shape[-1]))
+    ops.rmsnorm(_rows(input), _unit_weight(weight, input), epsilon, out=_rows(out, written=True))
 
 
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor,
                        weight: torch.Tensor | None, epsilon: float) -> None:
     """vLLM's _custom_ops.fused_add_rms_norm, in place: residual = input + residual, then
     input = rmsnorm(residual) * weight."""
-    x = input if input.dim() == 2 else input.view(-1, input.shape[-1])
-    ops.fused_add_rmsnorm(x, _rows(residual), _unit_weight(weight, input), epsilon, out=x)
+    x = _rows(input, written=True)
+    ops.fused_add_rmsnorm(x, _rows(residual, written=True), _unit_weight(weight, input), epsilon,
+                          out=x)
 
 
 def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon: float,
