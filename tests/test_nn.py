@@ -69,6 +69,10 @@ def test_bad_arguments_name_the_argument_before_any_gpu_work():
         vllm.w8a8_triton_block_scaled_mm(x, x, x, x, [64, 64])
     with pytest.raises(ValueError, match="x: must be on a GPU"):
         vllm.per_token_group_quant_fp8(x, 128)
+    # a residual written in place that is no view of rows: an error, not a write to a copy
+    res = torch.zeros(2, 128, 2).transpose(1, 2)
+    with pytest.raises(RuntimeError, match="view"):
+        vllm.fused_add_rms_norm(torch.zeros(2, 2, 128), res, None, 1e-6)
     with pytest.raises(ValueError, match="in_features: 100"):
         cnn.BlockFP8Linear(100, 128)
     with pytest.raises(ValueError, match="weight_scale_inv: shape"):
