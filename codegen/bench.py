@@ -133,10 +133,14 @@ def same_size_copy_us(nbytes: int) -> float:
 
 
 def _same_copy(r: dict, nbytes: int) -> None:
-    """Adds, for the issue's large cells, the time of a same-size copy and our share of it."""
-    if r["t"] >= 4096 and r["h"] >= 4096:
-        r["same_copy_graph_us"] = same_size_copy_us(nbytes)
-        r["same_copy_frac"] = r["same_copy_graph_us"] / r["graph_us"]
+    """Adds the time of a copy moving nbytes and our share of it."""
+    r["same_copy_graph_us"] = same_size_copy_us(nbytes)
+    r["same_copy_frac"] = r["same_copy_graph_us"] / r["graph_us"]
+
+
+def _large(t: int, h: int) -> bool:
+    """The cells the memory-bound bars name (T >= 4096, H >= 4096)."""
+    return t >= 4096 and h >= 4096
 
 
 def empty_kernel_us() -> float:
@@ -177,7 +181,7 @@ def quant_section(copy: dict, empty_us: float, quick: bool) -> list[dict]:
                          compile_graph_us=gcomp, compile_us=comp, gbs=nbytes / gus / 1e3,
                          copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gcomp / gus,
                          empty_us=empty_us)
-                if g == 128:
+                if g == 128 and _large(t, h):
                     _same_copy(r, nbytes)
                 if vllm is not None:
                     r.update(_peer("vllm", both_us(lambda: (lambda x=_bf16(t, h): vllm(
@@ -293,7 +297,8 @@ def rmsnorm_quant_section(copy: dict) -> list[dict]:
         r = dict(op="rmsnorm_group_quant", t=t, h=h, graph_us=gus, us=us,
                  compile_graph_us=gpus, compile_us=pus, gbs=nbytes / gus / 1e3,
                  copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gpus / gus)
-        _same_copy(r, nbytes)
+        if _large(t, h):
+            _same_copy(r, nbytes)
         if ait is not None:
             r.update(_peer("aiter", both_us(lambda: (
                 lambda x=_bf16(t, h): ait.rmsnorm_group_quant(x, w, fp8_dtype)), nbytes), gus, us))
@@ -393,8 +398,7 @@ def gemm_section(copy: dict, quick: bool) -> list[dict]:
                                 .format(**cfg) + (f" c{cfg['cluster']}" if cfg["cluster"] > 1
                                                   else "")))
             if m == 1:   # decode: the weight read against a copy moving as many bytes
-                results[-1]["same_copy_graph_us"] = same_size_copy_us(n * k)
-                results[-1]["same_copy_frac"] = results[-1]["same_copy_graph_us"] / gus
+                _same_copy(results[-1], n * k)
     table("gemm_a8w8_blockscale, bf16 out (graph time; weight GB/s = N*K bytes / time)",
           ["M", "N", "K", "graph us", "TFLOP/s", "cuBLAS TFLOP/s", "x cuBLAS", "weight GB/s",
            "of copy", "of same-size copy", "event us", "x cuBLAS (event)", "config"],
@@ -408,7 +412,7 @@ def gemm_section(copy: dict, quick: bool) -> list[dict]:
 def host_us(cases: dict, n=400, rounds=15) -> dict:
     """Host wall time per call of each fn in cases, the GPU left to run behind it: the median
     over rounds of a loop of n calls. The cases take turns within each round, so that a slow
-    spell of the host (one loop of 2000 once moved an op by 6 us) falls on all of them alike."""
+    spell of the host falls on all of them alike."""
     loops = {name: [] for name in cases}
     for fn in cases.values():
         fn()
