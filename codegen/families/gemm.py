@@ -35,7 +35,7 @@ LDS_WAVE_TILE = 32   # lds kernel: M and N of one wave's tile
 LDS_PAD = 16         # lds kernel: bytes after each staged 128-byte row (LDS bank spread)
 GEMV_UNROLL = 4     # gemv kernel: 16-byte pieces of B in flight per lane
 LDS_MAX_PIECES = 8   # lds kernel: 16-byte pieces a thread may stage per K block
-TMA_WIDTHS = (64, 96, 112, 128)   # tma kernel: tile N (96 and 112 fill the SMs better at some N)
+TMA_WIDTHS = (56, 64, 96, 112, 128)   # tma kernel: tile N (56, 96 and 112 fill the SMs better at some N)
 NVIDIA_STATIC_SMEM = 48 * 1024   # static shared memory a CUDA kernel may declare
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 # (N, K) of the block-FP8 linear layers the table is tuned and benchmarked on (DeepSeek-V3's)
@@ -194,6 +194,8 @@ def validate(v: Variant) -> str | None:
         widths = (64, 128) if kernel == "wgmma" else TMA_WIDTHS
         if bm not in (64, 128) or bn not in widths:
             return f"{kernel} tiles are 64 or 128 in M and {widths} in N, not {bm}x{bn}"
+        if kernel == "tma" and (bn // v["cluster"]) % 8:
+            return f"tma cluster={v['cluster']} splits the {bn}-row B box into slices of whole 8-row groups"
         least = 3 if kernel == "wgmma" else 2
         if v["split_k"] != 1 or v["stages"] < least:
             return f"{kernel} takes split_k=1 and {least} or more stages"
