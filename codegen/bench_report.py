@@ -36,7 +36,8 @@ def _table(cols: list[str], rows: list[list]) -> str:
 
 
 # Optional peers (codegen/peers.py): (JSON key prefix, column label), shown where a run has them.
-PEERS = (("vllm", "vLLM Triton"), ("aiter", "AITER Triton"))
+PEERS = (("vllm", "vLLM Triton"), ("aiter", "AITER Triton"),
+         ("compile_inplace", "torch.compile in place"))
 
 
 def _peer_cols(rows: list[dict]) -> tuple[list[str], callable]:
