@@ -39,6 +39,7 @@ def candidates(arch: str) -> list[dict]:
               for s in (4, 5, 6)]
     cands += [c("tma", bm, bn, stages=s, cluster=cl) for bm in (64, 128) for bn in fam.TMA_WIDTHS
               for s in (4, 5, 6) for cl in (1, 2)]
+    cands += [c("tma", 256, bn, stages=3) for bn in (64, 96, 112, 128)]   # 3 stages fit
     fp8 = get_target(arch).fp8_formats[0]
     out = []
     for cfg in cands:

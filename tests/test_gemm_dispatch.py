@@ -52,7 +52,7 @@ def test_table_entries_are_used_and_valid():
     ("gfx942", dict(kernel="gemv", block_m=8, block_n=2, split_k=4), "at most 4 rows of A"),
     ("gfx942", dict(kernel="gemv", block_m=1, block_n=8, split_k=4), "exceed 1024"),
     ("sm_90a", dict(kernel="gemv", block_m=4, block_n=4, split_k=4), "registers"),
-    ("sm_90a", dict(kernel="tma", block_m=128, block_n=32, stages=4), "64 or 128"),
+    ("sm_90a", dict(kernel="tma", block_m=128, block_n=32, stages=4), "64, 128 or 256 in M"),
     ("sm_90a", dict(kernel="tma", block_m=128, block_n=128, stages=1), "2 or more stages"),
     ("sm_90a", dict(kernel="wgmma", block_m=128, block_n=128, stages=4, cluster=2), "tma-kernel"),
     ("gfx942", dict(kernel="lds", block_m=128, block_n=64, stages=2, cluster=2), "multicast"),

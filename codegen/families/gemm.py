@@ -162,8 +162,8 @@ def tma_straddles(bn: int) -> list[int]:
 def block_threads(v: Variant) -> int:
     if v["kernel"] == "wgmma":
         return 128 * (v["block_m"] // 64)
-    if v["kernel"] == "tma":   # a producer warpgroup and block_m / 64 consumers
-        return 128 * (1 + v["block_m"] // 64)
+    if v["kernel"] == "tma":   # a producer warpgroup and block_m / 64 consumers (2 at 256 rows)
+        return 128 * (1 + min(v["block_m"] // 64, 2))
     if v["kernel"] == "lds":
         wm, wn = lds_waves(v)
         return wm * wn * v.target.wave_size
@@ -192,8 +192,12 @@ def validate(v: Variant) -> str | None:
         if t.arch != "sm_90a":
             return f"kernel={kernel} needs sm_90a (warpgroup MMA)"
         widths = (64, 128) if kernel == "wgmma" else TMA_WIDTHS
-        if bm not in (64, 128) or bn not in widths:
-            return f"{kernel} tiles are 64 or 128 in M and {widths} in N, not {bm}x{bn}"
+        heights = (64, 128) if kernel == "wgmma" else (64, 128, 256)
+        if bm not in heights or bn not in widths:
+            return (f"{kernel} tiles are {', '.join(map(str, heights[:-1]))} or {heights[-1]} in M "
+                    f"and {widths} in N, not {bm}x{bn}")
+        if bm == 256 and v["cluster"] != 1:
+            return "tma tiles of 256 rows are built without clusters"
         if kernel == "tma" and (bn // v["cluster"]) % 8:
             return f"tma cluster={v['cluster']} splits the {bn}-row B box into slices of whole 8-row groups"
         least = 3 if kernel == "wgmma" else 2
