@@ -35,7 +35,9 @@ LDS_WAVE_TILE = 32   # lds kernel: M and N of one wave's tile
 LDS_PAD = 16         # lds kernel: bytes after each staged 128-byte row (LDS bank spread)
 GEMV_UNROLL = 4     # gemv kernel: 16-byte pieces of B in flight per lane
 LDS_MAX_PIECES = 8   # lds kernel: 16-byte pieces a thread may stage per K block
-TMA_WIDTHS = (56, 64, 96, 112, 128)   # tma kernel: tile N (56, 96 and 112 fill the SMs better at some N)
+# tma kernel: tile N (16 and 32 give decode's few rows a tile per SM; the widths that are not
+# powers of two fill the SMs better at some N)
+TMA_WIDTHS = (16, 32, 56, 64, 96, 112, 128, 160, 192)
 NVIDIA_STATIC_SMEM = 48 * 1024   # static shared memory a CUDA kernel may declare
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 # (N, K) of the block-FP8 linear layers the table is tuned and benchmarked on (DeepSeek-V3's)
@@ -159,6 +161,13 @@ def tma_straddles(bn: int) -> list[int]:
     return sorted(c for c in cols if c < bn)
 
 
+def tma_one_set(v: Variant) -> bool:
+    """tma kernel: one partial-sum set per consumer warpgroup, each K block's MMAs waited for
+    before their scaling (256 rows: two waves' results; over 128 columns: two sets of m64 x BN
+    partial sums and the result take more than a consumer's registers)."""
+    return v["block_m"] == 256 or v["block_n"] > 128
+
+
 def block_threads(v: Variant) -> int:
     if v["kernel"] == "wgmma":
         return 128 * (v["block_m"] // 64)
@@ -198,6 +207,8 @@ def validate(v: Variant) -> str | None:
                     f"and {widths} in N, not {bm}x{bn}")
         if bm == 256 and v["cluster"] != 1:
             return "tma tiles of 256 rows are built without clusters"
+        if bm == 256 and bn > 128:   # two waves' results and a partial-sum set: 3 x bn / 2 registers
+            return f"tma tiles of 256 rows are at most 128 wide, not {bn} (consumer registers)"
         if kernel == "tma" and (bn // v["cluster"]) % 8:
             return f"tma cluster={v['cluster']} splits the {bn}-row B box into slices of whole 8-row groups"
         least = 3 if kernel == "wgmma" else 2
@@ -277,7 +288,8 @@ def context(v: Variant) -> dict:
     ctx = dict(block_m=v["block_m"], block_n=v["block_n"], block=block_threads(v))
     if v["kernel"] in ("wgmma", "tma"):
         return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v),
-                    straddles=tma_straddles(v["block_n"]), cluster=v["cluster"])
+                    straddles=tma_straddles(v["block_n"]), cluster=v["cluster"],
+                    one_set=v["kernel"] == "tma" and tma_one_set(v))
     if v["kernel"] == "gemv":
         return dict(ctx, split_k=v["split_k"], unroll=GEMV_UNROLL)
     atom = atom_for(v.arch, v["kernel"], v["atom"])
