@@ -38,8 +38,10 @@ def candidates(arch: str) -> list[dict]:
     cands += [c("wgmma", bm, bn, stages=s) for bm in (64, 128) for bn in (64, 128)
               for s in (4, 5, 6)]
     cands += [c("tma", bm, bn, stages=s, cluster=cl) for bm in (64, 128) for bn in fam.TMA_WIDTHS
-              for s in (4, 5, 6) for cl in (1, 2)]
+              if bn >= 56 for s in (4, 5, 6) for cl in (1, 2)]
     cands += [c("tma", 256, bn, stages=3) for bn in (64, 96, 112, 128)]   # 3 stages fit
+    # decode: narrow tiles and deep rings keep 48-64 KB of weights in flight per SM
+    cands += [c("tma", 64, bn, stages=s) for bn in (16, 32, 56, 64) for s in (8, 12, 16)]
     fp8 = get_target(arch).fp8_formats[0]
     out = []
     for cfg in cands:
@@ -95,6 +97,8 @@ def plausible(cfg: dict, m: int) -> bool:
         return m <= cfg["block_m"]
     if cfg["kernel"] == "mma":
         return m <= 128 and cfg["block_m"] <= max(16, m)
+    if cfg["kernel"] == "tma" and cfg["block_m"] == 64:   # decode too: its A box is fitted to M
+        return m >= 16 or cfg["block_n"] <= 64
     return m >= 16
 
 
@@ -132,8 +136,8 @@ def main(argv=None) -> int:
     entries = []
     shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
               if args.shapes else fam.TUNED_SHAPES)
-    for n, k in shapes:
-        for m in ms:
+    for m in ms:   # M ascending outside: see bench.gemm_section
+        for n, k in shapes:
             nbytes = m * k + n * k + m * n * 2
             sets = [(torch.randn(m, k, device="cuda").to(dtype),
                      torch.rand(m, -(-k // 128), device="cuda") + 0.5,
