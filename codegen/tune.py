@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import torch
 
@@ -102,6 +104,30 @@ def plausible(cfg: dict, m: int) -> bool:
     return m >= 16
 
 
+def table_entries(path) -> dict:
+    """(M bucket, N, K) -> entry of a table file, in its order ({} when there is none)."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    return {(e["m"], e["n"], e["k"]): e for e in json.loads(path.read_text())["entries"]}
+
+
+def write_table(path, arch: str, entries: list[dict], base: dict) -> None:
+    """Writes base's entries with entries over them (base's order, new cells after) to path,
+    through a temporary file that replaces it: a run stopped at any point leaves a whole
+    table."""
+    merged = dict(base)
+    merged.update(((e["m"], e["n"], e["k"]), e) for e in entries)
+    data = dict(arch=arch, device=torch.cuda.get_device_name() if torch.cuda.is_available()
+                else None, date=time.strftime("%Y-%m-%d"),
+                note="written by python -m codegen.tune; us / tflops: the winner's graph time",
+                entries=list(merged.values()))
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer M values")
@@ -134,6 +160,11 @@ def main(argv=None) -> int:
     est = estimates(arch, cands)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     entries = []
+    # a restricted run keeps the table's other entries in place; every cell's winner is
+    # written as it is found, so a run cut short keeps the cells it finished
+    path = args.out or fam.table_path(arch)
+    full = not (args.ms or args.shapes or args.kernels)
+    base = table_entries(fam.table_path(arch))
     shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
               if args.shapes else fam.TUNED_SHAPES)
     for m in ms:   # M ascending outside: see bench.gemm_section
@@ -177,18 +208,8 @@ def main(argv=None) -> int:
             where = f" (estimate's rank {rank + 1} of {len(est)})" if est else ""
             print(f"M={m} N={n} K={k}: {us:.1f} us {entries[-1]['tflops']} TFLOP/s {best}{where}",
                   file=sys.stderr)
-    path = args.out or fam.table_path(arch)
-    if (args.ms or args.shapes or args.kernels) and fam.table_path(arch).exists():   # keep the rest in place
-        merged = {(e["m"], e["n"], e["k"]): e
-                  for e in json.loads(fam.table_path(arch).read_text())["entries"]}
-        merged.update(((e["m"], e["n"], e["k"]), e) for e in entries)
-        entries = list(merged.values())
-    data = dict(arch=arch, device=torch.cuda.get_device_name(), date=time.strftime("%Y-%m-%d"),
-                note="written by python -m codegen.tune; us / tflops: the winner's graph time",
-                entries=entries)
-    with open(path, "w") as f:
-        json.dump(data, f, indent=1)
-        f.write("\n")
+            write_table(path, arch, entries, base)
+    write_table(path, arch, entries, {} if full else base)
     print(f"wrote {path}", file=sys.stderr)
     return 0
 
