@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import functools
 
-FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "wmma_fp8", "mfma_32x32_out", "mfma_acc_ab",
-         "mfma_x2_decode", "global_inv", "float_denorm")
+FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "fp8_dot4", "wmma_fp8", "mfma_32x32_out",
+         "mfma_acc_ab", "mfma_x2_decode", "global_inv", "float_denorm")
 _off: set[str] = set()
 _emu = None
 _state = {"format": "ocp", "ftz": True}
@@ -137,6 +137,47 @@ def _vop1(original):
             return _cvt_pk_f32_fp8(inst, ctx)
         return original(inst, ctx)
     return compile_vop1
+
+
+# ---- RDNA4 FP8 dot products ----
+# RDNA4 ISA, "V_DOT4_F32_FP8_FP8" (and the FP8 / BF8 mixes): tmp = S2.f32, then
+# tmp += 32'F(S0[8i+7 : 8i].fp8) * 32'F(S1[8i+7 : 8i].fp8) for bytes i = 0 .. 3 in turn,
+# D = tmp: the bytes are FP8 values. The emulator's pseudocode reads `.fp8` as an 8-bit integer,
+# so 0x38 (1.0) counted as 56. We compile it ourselves (sources without modifiers, as our code
+# has them).
+
+def _dot4_f32_fp8(inst, ctx):
+    from test.mockgpu.amd import pcode
+    from tinygrad.dtype import dtypes
+    from tinygrad.uop.ops import UOp
+
+    name = _emu._op_name(inst)
+    if any(int(_emu._iattr(inst, f)) for f in ("opsel", "neg", "neg_hi", "clmp")):
+        raise RuntimeError(f"{name.lower()}: only sources without modifiers are emulated")
+    a_fmt, b_fmt = name.split("_")[-2:]
+    cvt_a = pcode._FUNCS[f"{a_fmt.lower()}_to_f32"]
+    cvt_b = pcode._FUNCS[f"{b_fmt.lower()}_to_f32"]
+    kind = type(inst)
+    lane, exec_mask = ctx.range(), ctx.rexec()
+    literal = ctx.optional_field(inst, "literal")
+    s0, s1, s2 = (ctx.rsrc_dyn(ctx.inst_field(getattr(kind, f)), lane, 32, literal=literal)
+                  for f in ("src0", "src1", "src2"))
+    s0, s1, s2 = (v.cast(dtypes.uint32) if v.dtype != dtypes.uint32 else v for v in (s0, s1, s2))
+    tmp = s2.bitcast(dtypes.float32)
+    for i in range(4):
+        shift = _u32(8 * i)
+        tmp = tmp + cvt_a((s0 >> shift) & _u32(0xFF)) * cvt_b((s1 >> shift) & _u32(0xFF))
+    store = ctx.wvgpr_dyn(ctx.inst_field(kind.vdst), lane, tmp.bitcast(dtypes.uint32), exec_mask)
+    return UOp.sink(store.end(lane), *ctx.inc_pc())
+
+
+def _vop3p(original):
+    def compile_vop3p(inst, ctx):
+        if on("fp8_dot4") and _emu._op_name(inst).startswith("V_DOT4_F32_") and (
+                _emu._op_name(inst)[-7:] in ("FP8_FP8", "FP8_BF8", "BF8_FP8", "BF8_BF8")):
+            return _dot4_f32_fp8(inst, ctx)
+        return original(inst, ctx)
+    return compile_vop3p
 
 
 # ---- per-format compiled-instruction caches ----
@@ -386,11 +427,13 @@ def install(emu) -> None:
     emu._compile_wmma = _wmma(emu._compile_wmma)
     emu._compile_mfma = _mfma(emu._compile_mfma)
     emu.decode_inst = _decode(emu.decode_inst)
-    mem, vop = emu._compile_mem_op, emu._compile_vop12
+    mem, vop, vop3p = emu._compile_mem_op, emu._compile_vop12, emu._compile_vop3p
     for kind, handler in list(emu._INST_HANDLERS.items()):
         if handler is mem:
             emu._INST_HANDLERS[kind] = _mem_op(mem)
         elif handler is vop:
             emu._INST_HANDLERS[kind] = _vop1(vop)
+        elif handler is vop3p:
+            emu._INST_HANDLERS[kind] = _vop3p(vop3p)
     emu._MXCSRContext = _FloatMode
     _flush_runners()
