@@ -397,11 +397,11 @@ def test_emu_gap_wmma_fp8_and_global_inv_gfx1201():
     assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5
 
 
-@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_emu_gap_fp8_unpack(arch):
-    """v_cvt_pk_f32_fp8 (the decode GEMM's FP8 -> f32) writes two f32 registers: the emulator's
-    CDNA model stopped on the two-part destination, its RDNA4 model on an operand it did not
-    know."""
+    """v_cvt_pk_f32_fp8 (the CDNA decode GEMM's FP8 -> f32) writes two f32 registers: the
+    emulator's CDNA model stopped on the two-part destination (its RDNA4 model did not know the
+    operand either; gfx12's decode GEMM dots FP8 bytes instead, test_emu_gemm_gemv_fp8_dot4_gfx1201)."""
     from codegen.emu import gaps
     from codegen.ops.gemm import gemm_with_config
 
@@ -412,6 +412,35 @@ def test_emu_gap_fp8_unpack(arch):
     with gaps.disabled("fp8_unpack"):
         with pytest.raises(RuntimeError, match="(?i)v_cvt_pk_f32_fp8"):
             gemm_with_config(a, sa, b, sb, c)
+
+
+@pytest.mark.parametrize("block_m", [1, 2, 4])
+def test_emu_gemm_gemv_fp8_dot4_gfx1201(block_m):
+    """gfx12's decode GEMM sums each 16-byte piece with v_dot4_f32_fp8_fp8 (the ISA's adds in
+    byte order) for 1, 2 and 4 rows of A per block, M a tail of the block's rows (grid y)."""
+    from codegen.ops.gemm import gemm_with_config
+
+    session = on("gfx1201")
+    start = len(session.launches())
+    c = gemm_family.config("gemv", block_m, 2, split_k=2)
+    a, sa, b, sb = gemm_inputs("gfx1201", 2 * block_m + 1, 40, 400)
+    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
+    assert any("_gemv_m" in x.uri for x in launched(session, start))
+
+
+def test_emu_gap_fp8_dot4_gfx1201():
+    """v_dot4_f32_fp8_fp8 (gfx12's decode GEMM) takes its bytes as FP8 values; the emulator's
+    pseudocode took them as integers."""
+    from codegen.emu import gaps
+    from codegen.ops.gemm import gemm_with_config
+
+    on("gfx1201")
+    c = gemm_family.config("gemv", 1, 2, split_k=2)
+    a, sa, b, sb = gemm_inputs("gfx1201", 1, 40, 256)
+    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
+    with gaps.disabled("fp8_dot4"):
+        out = gemm_with_config(a, sa, b, sb, c)
+    assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5
 
 
 def test_emu_gap_float_denorm_gfx950():

@@ -181,15 +181,21 @@ def test_gemm_isa(generated, arch):
 
 
 def _gemv_isa(asm, r, arch):
-    """The decode GEMM: FP8 decoded by the hardware (v_cvt_pk_f32_fp8, two bytes each), f32
-    FMAs, 16-byte loads; per unrolled step 16 bytes of B and of each A row per lane."""
+    """The decode GEMM, 16-byte loads, per unrolled step 16 bytes of B and of each A row per
+    lane: on gfx12 dotted as FP8 (v_dot4_f32_fp8_fp8, four bytes each, nothing decoded), on the
+    others decoded by the hardware (v_cvt_pk_f32_fp8, two bytes each) into f32 FMAs."""
     rows_a, unroll = r["params"]["block_m"], gemm_family.GEMV_UNROLL
     ops = [line.split()[0] for line in _instructions(asm)]
     cvt = sum(op.startswith("v_cvt_pk_f32_fp8") for op in ops)
+    dot4 = sum(op == "v_dot4_f32_fp8_fp8" for op in ops)
     fma = sum(op.startswith(("v_fmac_f32", "v_fma_f32")) for op in ops)
     loads = sum(op == LOAD128[arch] for op in ops)
-    assert cvt >= 8 * (1 + rows_a) * unroll, (r["uri"], cvt)
-    assert fma >= 16 * rows_a * unroll, (r["uri"], fma)
+    if arch in ("gfx1200", "gfx1201"):
+        assert dot4 >= 4 * rows_a * unroll and cvt == 0, (r["uri"], dot4, cvt)
+    else:
+        assert dot4 == 0, r["uri"]
+        assert cvt >= 8 * (1 + rows_a) * unroll, (r["uri"], cvt)
+        assert fma >= 16 * rows_a * unroll, (r["uri"], fma)
     assert loads >= (1 + rows_a) * unroll, (r["uri"], loads)
 
 

@@ -120,6 +120,17 @@ CG_DEVICE void fp8x4_to_float4(uint32_t v, float (&f)[4]) {
   f[2] = f16_to_float(uint16_t(hi)), f[3] = f16_to_float(uint16_t(hi >> 16));
 }
 
+// c plus the four products a[i] * b[i] of fp8 bytes, added one at a time in byte order (each
+// product is exact in f32, so this equals four FMAs). kFp8Dot4: one instruction does it (no).
+constexpr bool kFp8Dot4 = false;
+CG_DEVICE float fp8_dot4(uint32_t a, uint32_t b, float c) {
+  float fa[4], fb[4];
+  fp8x4_to_float4(a, fa);
+  fp8x4_to_float4(b, fb);
+  for (int i = 0; i < 4; ++i) c = fma(fa[i], fb[i], c);
+  return c;
+}
+
 #if defined(CG_FP8_MAX)
 // Four floats to four OCP e4m3 bytes (a in the lowest byte), round to nearest even.
 // Inputs are already clamped to +-CG_FP8_MAX; NaN stays NaN.

@@ -116,6 +116,27 @@ CG_DEVICE void fp8x4_to_float4(uint32_t v, float (&f)[4]) {
 #endif
 }
 
+// c plus the four products a[i] * b[i] of fp8 bytes, added one at a time in byte order (each
+// product is exact in f32, so this equals four FMAs). gfx12 has it as one instruction,
+// v_dot4_f32_fp8_fp8 (kFp8Dot4); elsewhere it decodes and multiplies.
+#if defined(__gfx1200__) || defined(__gfx1201__)
+constexpr bool kFp8Dot4 = true;
+#else
+constexpr bool kFp8Dot4 = false;
+#endif
+template <int = 0>
+CG_DEVICE float fp8_dot4(uint32_t a, uint32_t b, float c) {
+#if defined(__gfx1200__) || defined(__gfx1201__)
+  return __builtin_amdgcn_dot4_f32_fp8_fp8(int(a), int(b), c);
+#else
+  float fa[4], fb[4];
+  fp8x4_to_float4(a, fa);
+  fp8x4_to_float4(b, fb);
+  for (int i = 0; i < 4; ++i) c = fma(fa[i], fb[i], c);
+  return c;
+#endif
+}
+
 // FP8 matrix instructions, c += a * b on one wave's fragments (codegen/matrix.py has their
 // lane layouts). Templates, so that a target without the instruction fails to compile only
 // a kernel that uses it; the host pass never runs them.
