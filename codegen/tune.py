@@ -104,14 +104,6 @@ def plausible(cfg: dict, m: int) -> bool:
     return m >= 16
 
 
-def table_entries(path) -> dict:
-    """(M bucket, N, K) -> entry of a table file, in its order ({} when there is none)."""
-    path = Path(path)
-    if not path.exists():
-        return {}
-    return {(e["m"], e["n"], e["k"]): e for e in json.loads(path.read_text())["entries"]}
-
-
 def write_table(path, arch: str, entries: list[dict], base: dict) -> None:
     """Writes base's entries with entries over them (base's order, new cells after) to path,
     through a temporary file that replaces it: a run stopped at any point leaves a whole
@@ -164,7 +156,7 @@ def main(argv=None) -> int:
     # written as it is found, so a run cut short keeps the cells it finished
     path = args.out or fam.table_path(arch)
     full = not (args.ms or args.shapes or args.kernels)
-    base = table_entries(fam.table_path(arch))
+    base = fam.table_entries(fam.table_path(arch))
     shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
               if args.shapes else fam.TUNED_SHAPES)
     for m in ms:   # M ascending outside: see bench.gemm_section

@@ -102,25 +102,25 @@ def test_no_fp8_no_gemm(arch):
 def test_tuner_writes_each_cell_over_the_table(tmp_path):
     """A tune run writes its winners over the table's other entries, in the table's order, as
     whole files (what a run cut short leaves behind)."""
-    from codegen.tune import table_entries, write_table
+    from codegen.tune import write_table
 
     cfg = fam.config("tma", 128, 128, stages=4)
     old = [dict(m=m, n=576, k=7168, config=fam.config("mma", 8, 16), us=9.0, tflops=1.0)
            for m in (1, 16, 64)]
     path = tmp_path / "table.json"
     write_table(path, "sm_90a", old, {})
-    base = table_entries(path)
+    base = fam.table_entries(path)
     assert list(base) == [(1, 576, 7168), (16, 576, 7168), (64, 576, 7168)]
     won = [dict(m=16, n=576, k=7168, config=cfg, us=5.0, tflops=2.0),
            dict(m=4096, n=576, k=7168, config=cfg, us=50.0, tflops=700.0)]
     write_table(path, "sm_90a", won[:1], base)
     write_table(path, "sm_90a", won, base)
-    got = table_entries(path)
+    got = fam.table_entries(path)
     assert list(got) == [(1, 576, 7168), (16, 576, 7168), (64, 576, 7168), (4096, 576, 7168)]
     assert got[(16, 576, 7168)]["config"] == cfg and got[(1, 576, 7168)] == old[0]
     assert [f.name for f in tmp_path.iterdir()] == ["table.json"]   # no temporary left
     write_table(path, "sm_90a", won, {})   # a full run: its cells only
-    assert list(table_entries(path)) == [(16, 576, 7168), (4096, 576, 7168)]
+    assert list(fam.table_entries(path)) == [(16, 576, 7168), (4096, 576, 7168)]
 
 
 def test_tuner_candidates_validate():

@@ -348,16 +348,20 @@ def table_path(arch: str) -> Path:
     return TABLE_DIR / f"{FAMILY}.{arch}.json"
 
 
+def table_entries(path) -> dict[tuple[int, int, int], dict]:
+    """(M bucket, N, K) -> entry of a table file, in its order ({} when there is none)."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    return {(e["m"], e["n"], e["k"]): e for e in json.loads(path.read_text())["entries"]}
+
+
 @cache
 def table(arch: str) -> dict[tuple[int, int, int], dict]:
     """(M bucket, N, K) -> config, from the tuned table in the repo (empty when none)."""
-    path = table_path(arch)
-    if not path.exists():
-        return {}
-    data = json.loads(path.read_text())
     # entries written before an axis existed take its default
-    return {(e["m"], e["n"], e["k"]): {**config("mma", 1, 1), **e["config"]}
-            for e in data["entries"]}
+    return {key: {**config("mma", 1, 1), **e["config"]}
+            for key, e in table_entries(table_path(arch)).items()}
 
 
 def pick(arch: str, m: int, n: int, k: int) -> dict:
