@@ -82,3 +82,7 @@ def amd_emulator() -> Path | None:
     """CODEGEN_AMD_EMULATOR: a tinygrad checkout whose mock AMD GPU runs gfx code objects (the
     emu tests, codegen.emu); unset: those tests skip."""
     return _path("CODEGEN_AMD_EMULATOR")
+
+
+# Read by the generated CUDA launchers themselves (templates/include/codegen/arch_cuda.cuh), once
+# per module: CODEGEN_PDL=0 launches kernels without programmatic dependent launch.

@@ -52,11 +52,48 @@ def sass(cfg, tmp_path) -> tuple[str, str]:
                           check=True).stdout, ptxas
 
 
+_GLOBAL_ACCESS = re.compile(r"\b(LDG|STG|LDGSTS|UTMALDG|UTMASTG|UBLKPF|CCTL|RED|ATOMG)\b")
+
+
+def assert_waits_before_memory(code: str) -> None:
+    """Every kernel waits for the grid before it (griddepcontrol.wait: ACQBULK) before its first
+    global memory access, and lets the next grid launch (launch_dependents: PREEXIT)."""
+    kernels = re.split(r"\n\s*Function : ", code)[1:]
+    assert kernels, "no kernel in the SASS"
+    for k in kernels:
+        name = k.split()[0]
+        first = _GLOBAL_ACCESS.search(k)
+        assert "ACQBULK" in k and "PREEXIT" in k, f"{name}: no programmatic dependent launch"
+        assert first is None or k.index("ACQBULK") < first.start(), \
+            f"{name}: {first.group(0)} before griddepcontrol.wait"
+
+
+def _first_variants() -> list:
+    """One variant of each family for sm_90a."""
+    from codegen.spec import enumerate_variants, families, validate
+
+    target = get_target("sm_90a")
+    return [next(v for v in enumerate_variants(f, target) if validate(v) is None)
+            for f in families()]
+
+
+@pytest.mark.parametrize("variant", _first_variants(), ids=lambda v: v.family)
+def test_every_family_waits_for_the_grid_before(variant, tmp_path):
+    src = tmp_path / "k.cu"
+    src.write_text(render(variant))
+    cubin = tmp_path / "k.cubin"
+    subprocess.run([NVCC, "-gencode=arch=compute_90a,code=sm_90a", *COMMON, "-cubin", "-o",
+                    str(cubin), str(src)], capture_output=True, text=True, check=True)
+    assert_waits_before_memory(subprocess.run([CUOBJDUMP, "-sass", str(cubin)],
+                                              capture_output=True, text=True, check=True).stdout)
+
+
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['kernel']}{c['block_m']}x{c['block_n']}s{c['stages']}c{c['cluster']}")
 def test_hopper_gemm_sass(cfg, tmp_path):
     code, ptxas = sass(cfg, tmp_path)
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", ptxas), ptxas
     assert "0 bytes stack frame" in ptxas, ptxas
+    assert_waits_before_memory(code)
     mma = re.findall(rf"QGMMA\.64x{cfg['block_n']}x32\.F32\.E4M3\.E4M3", code)
     assert len(mma) >= 4, "no m64nNk32 e4m3 warpgroup MMA"
     if cfg["kernel"] == "tma":

@@ -1,6 +1,7 @@
 // NVIDIA primitives (nvcc, sm_90a). Mirrors arch_hip.h function by function.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
 #include <cuda_runtime.h>
 #include <mutex>
 
@@ -183,6 +184,33 @@ static int64_t resident_blocks(Kernel kernel, int block, int smem = 0) {
   (void)cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block, smem);
   c[2] = c[0], c[3] = c[1], c[0] = smem, c[1] = int64_t(sms) * per_sm;
   return c[1];
+}
+
+// Programmatic dependent launch: launch() lets a kernel start while the grid before it in the
+// stream drains, and every kernel calls pdl_begin() before its first global memory access. It
+// waits there until the grid before has completed with its writes visible (at once when there
+// is none), then lets the grid after it start launching: its launch and block setup overlap
+// this grid's run instead of following its end. CODEGEN_PDL=0 (read once per module) launches
+// plainly.
+CG_DEVICE void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+template <typename... Params, typename... Args>
+static cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  static const bool pdl = [] {
+    const char* v = getenv("CODEGEN_PDL");
+    return v == nullptr || v[0] != '0';
+  }();
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem;
+  config.stream = stream, config.attrs = &attr, config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Args&&>(args)...);
 }
 
 }  // namespace cg

@@ -252,4 +252,13 @@ static int64_t resident_blocks(Kernel kernel, int block, int smem = 0) {
   return c[1];
 }
 
+// No programmatic dependent launch on AMD: kernels follow each other in the stream as usual.
+CG_DEVICE void pdl_begin() {}
+template <typename... Params, typename... Args>
+static hipError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                         hipStream_t stream, Args&&... args) {
+  kernel<<<grid, block, smem, stream>>>(static_cast<Args&&>(args)...);
+  return hipGetLastError();
+}
+
 }  // namespace cg
