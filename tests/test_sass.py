@@ -39,9 +39,8 @@ def _configs() -> list[dict]:
 CONFIGS = _configs()
 
 
-def sass(cfg, tmp_path) -> tuple[str, str]:
-    """(SASS, ptxas report) of one config."""
-    v = make_variant(fam.FAMILY, "sm_90a", fp8=get_target("sm_90a").fp8_formats[0].token, **cfg)
+def sass(v, tmp_path) -> tuple[str, str]:
+    """(SASS, ptxas report) of one sm_90a variant."""
     src = tmp_path / "k.cu"
     src.write_text(render(v))
     cubin = tmp_path / "k.cubin"
@@ -53,7 +52,8 @@ def sass(cfg, tmp_path) -> tuple[str, str]:
 
 
 # CCTL.IVALL (the L1 invalidate of a cluster barrier's acquire) touches no address
-_GLOBAL_ACCESS = re.compile(r"\b(LDG|STG|LDGSTS|UTMALDG|UTMASTG|UBLKPF|CCTL(?!\.IVALL)|RED|ATOMG)\b")
+_GLOBAL_ACCESS = re.compile(
+    r"\b(LDG|STG|LDGSTS|UTMALDG|UTMASTG|UBLKPF|CCTL(?!\.IVALL)|RED|ATOMG)\b")
 
 
 def assert_waits_before_memory(code: str) -> None:
@@ -80,18 +80,13 @@ def _first_variants() -> list:
 
 @pytest.mark.parametrize("variant", _first_variants(), ids=lambda v: v.family)
 def test_every_family_waits_for_the_grid_before(variant, tmp_path):
-    src = tmp_path / "k.cu"
-    src.write_text(render(variant))
-    cubin = tmp_path / "k.cubin"
-    subprocess.run([NVCC, "-gencode=arch=compute_90a,code=sm_90a", *COMMON, "-cubin", "-o",
-                    str(cubin), str(src)], capture_output=True, text=True, check=True)
-    assert_waits_before_memory(subprocess.run([CUOBJDUMP, "-sass", str(cubin)],
-                                              capture_output=True, text=True, check=True).stdout)
+    assert_waits_before_memory(sass(variant, tmp_path)[0])
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c['kernel']}{c['block_m']}x{c['block_n']}s{c['stages']}c{c['cluster']}")
 def test_hopper_gemm_sass(cfg, tmp_path):
-    code, ptxas = sass(cfg, tmp_path)
+    code, ptxas = sass(make_variant(fam.FAMILY, "sm_90a",
+                                    fp8=get_target("sm_90a").fp8_formats[0].token, **cfg), tmp_path)
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", ptxas), ptxas
     assert "0 bytes stack frame" in ptxas, ptxas
     assert_waits_before_memory(code)
