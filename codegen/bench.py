@@ -50,17 +50,16 @@ def input_sets(nbytes: int) -> int:
     return max(2, min(4096, -(-2 * l2 // max(nbytes, 1)) + 1))
 
 
-def graph_us(make, nbytes: int, min_calls: int = 64) -> float:
-    """Per-call time (us) in a CUDA graph of back-to-back calls: make() returns one call bound
-    to fresh inputs (nbytes read and written per call); enough are made that their inputs
-    exceed 2x L2 (up to 4096 sets: calls of under 30 KB then share a warm L2, as they do in a
-    decode step), and the graph runs them in turn at least min_calls times."""
+def _graph(make, nbytes: int, min_calls: int):
+    """(graph, calls per replay): make() returns one call bound to fresh inputs (nbytes read
+    and written per call); enough are made that their inputs exceed 2x L2 (up to 4096 sets:
+    calls of under 30 KB then share a warm L2, as they do in a decode step), and the graph runs
+    them in turn at least min_calls times."""
     calls = [make() for _ in range(input_sets(nbytes))]
-    sets = len(calls)
     for c in calls:               # outside the capture: builds, loads, compiles, allocations
         c()
     torch.cuda.synchronize()
-    reps = -(-min_calls // sets)
+    reps = -(-min_calls // len(calls))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(reps):
@@ -68,20 +67,35 @@ def graph_us(make, nbytes: int, min_calls: int = 64) -> float:
                 c()
     graph.replay()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(7):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / (reps * sets))
-    return statistics.median(times)
+    return graph, reps * len(calls)
 
 
-def both_us(make, nbytes: int) -> tuple[float, float]:
-    """(graph, event) times of one cell."""
-    return graph_us(make, nbytes), bench_us(make())
+def graphs_us(makes: list, nbytes: int, min_calls: int = 64) -> list[float]:
+    """Per-call time (us) of each make's calls in a CUDA graph of its own (see _graph), the
+    graphs replayed in turn, in alternating order, so that the clock and power drift of a run
+    falls on every contender of a cell alike: the median of 7 replays each."""
+    graphs = [_graph(make, nbytes, min_calls) for make in makes]
+    times = [[] for _ in graphs]
+    for r in range(7):
+        for i in (range(len(graphs)) if r % 2 == 0 else reversed(range(len(graphs)))):
+            graph, calls = graphs[i]
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            graph.replay()
+            b.record()
+            b.synchronize()
+            times[i].append(a.elapsed_time(b) * 1e3 / calls)
+    return [statistics.median(t) for t in times]
+
+
+def graph_us(make, nbytes: int, min_calls: int = 64) -> float:
+    """Per-call time (us) in a CUDA graph of back-to-back calls over rotating inputs."""
+    return graphs_us([make], nbytes, min_calls)[0]
+
+
+def cell_us(makes: list, nbytes: int) -> list[tuple[float, float]]:
+    """(graph, event) times of each contender of one cell: graphs in turn, then events."""
+    return [(g, bench_us(make())) for g, make in zip(graphs_us(makes, nbytes), makes)]
 
 
 def kernel_us(fn, n=20) -> float:
@@ -174,9 +188,12 @@ def quant_section(copy: dict, empty_us: float, quick: bool) -> list[dict]:
         for h in hs:
             for t in ts:
                 nbytes = t * h * 2 + t * h + t * (h // g) * 4
-                gus, us = both_us(lambda: (lambda x=_bf16(t, h): ops.per_token_group_quant_fp8(
-                    x, g)), nbytes)
-                gcomp, comp = both_us(lambda: (lambda x=_bf16(t, h): compiled(x)), nbytes)
+                makes = [lambda: (lambda x=_bf16(t, h): ops.per_token_group_quant_fp8(x, g)),
+                         lambda: (lambda x=_bf16(t, h): compiled(x))]
+                if vllm is not None:
+                    makes.append(lambda: (lambda x=_bf16(t, h): vllm(x, g, fp8_dtype, fmax)))
+                times = cell_us(makes, nbytes)
+                (gus, us), (gcomp, comp) = times[:2]
                 r = dict(op="quant", g=g, t=t, h=h, graph_us=gus, us=us,
                          compile_graph_us=gcomp, compile_us=comp, gbs=nbytes / gus / 1e3,
                          copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gcomp / gus,
@@ -184,8 +201,7 @@ def quant_section(copy: dict, empty_us: float, quick: bool) -> list[dict]:
                 if g == 128 and _large(t, h):
                     _same_copy(r, nbytes)
                 if vllm is not None:
-                    r.update(_peer("vllm", both_us(lambda: (lambda x=_bf16(t, h): vllm(
-                        x, g, fp8_dtype, fmax)), nbytes), gus, us))
+                    r.update(_peer("vllm", times[2], gus, us))
                 results.append(r)
     table("per_token_group_quant_fp8, bf16 in (us; GB/s = bytes moved / graph time)",
           ["G", "T", "H", "graph us", "GB/s", "of copy", "event us", "compile graph us",
@@ -259,14 +275,16 @@ def rmsnorm_section(copy: dict, quick: bool) -> list[dict]:
     hs = [1536, 4096, 7168, 8192] if not quick else [7168]
     results = []
     for op, t, h, nbytes, ours, peer, ait, inplace in _rmsnorm_cells(ts, hs):
-        (gus, us), (gpus, pus) = both_us(ours, nbytes), both_us(peer, nbytes)
+        makes = [ours, peer] + [m for m in (ait, inplace) if m is not None]
+        times = cell_us(makes, nbytes)
+        (gus, us), (gpus, pus), rest = times[0], times[1], iter(times[2:])
         r = dict(op=op, t=t, h=h, graph_us=gus, us=us, compile_graph_us=gpus, compile_us=pus,
                  gbs=nbytes / gus / 1e3, copy_frac=nbytes / gus / 1e3 / copy["graph"],
                  vs_compile=gpus / gus, vs_compile_event=pus / us)
         if ait is not None:
-            r.update(_peer("aiter", both_us(ait, nbytes), gus, us))
+            r.update(_peer("aiter", next(rest), gus, us))
         if inplace is not None:
-            r.update(_peer("compile_inplace", both_us(inplace, nbytes), gus, us))
+            r.update(_peer("compile_inplace", next(rest), gus, us))
         results.append(r)
     table("rmsnorm / fused_add_rmsnorm, bf16 (us; GB/s = bytes moved / graph time)",
           ["op", "T", "H", "graph us", "GB/s", "of copy", "compile graph us", "x compile",
@@ -304,18 +322,19 @@ def rmsnorm_quant_section(copy: dict) -> list[dict]:
     for t, h in ((16, 7168), (256, 7168), (4096, 4096), (4096, 7168), (16384, 7168)):
         w = torch.randn(h, device="cuda").to(torch.bfloat16)
         nbytes = t * h * 2 + t * h + t * (h // 128) * 4
-        gus, us = both_us(lambda: (lambda x=_bf16(t, h): ops.rmsnorm_group_quant(
-            x, w, 1e-6, 128)), nbytes)
-        gpus, pus = both_us(lambda: (lambda x=_bf16(t, h): peer(x, w, fp8_dtype, fmax)),
-                            nbytes)
+        makes = [lambda: (lambda x=_bf16(t, h): ops.rmsnorm_group_quant(x, w, 1e-6, 128)),
+                 lambda: (lambda x=_bf16(t, h): peer(x, w, fp8_dtype, fmax))]
+        if ait is not None:
+            makes.append(lambda: (lambda x=_bf16(t, h): ait.rmsnorm_group_quant(x, w, fp8_dtype)))
+        times = cell_us(makes, nbytes)
+        (gus, us), (gpus, pus) = times[:2]
         r = dict(op="rmsnorm_group_quant", t=t, h=h, graph_us=gus, us=us,
                  compile_graph_us=gpus, compile_us=pus, gbs=nbytes / gus / 1e3,
                  copy_frac=nbytes / gus / 1e3 / copy["graph"], vs_compile=gpus / gus)
         if _large(t, h):
             _same_copy(r, nbytes)
         if ait is not None:
-            r.update(_peer("aiter", both_us(lambda: (
-                lambda x=_bf16(t, h): ait.rmsnorm_group_quant(x, w, fp8_dtype)), nbytes), gus, us))
+            r.update(_peer("aiter", times[2], gus, us))
         results.append(r)
     table("rmsnorm_group_quant, bf16 in, G=128 (us; GB/s = bytes moved / graph time)",
           ["T", "H", "graph us", "GB/s", "of copy", "compile graph us", "x compile",
@@ -342,7 +361,7 @@ def rmsnorm_quant_section(copy: dict) -> list[dict]:
                     ops.rmsnorm_group_quant(q, qw, 1e-6, g)
                     ops.rmsnorm(kv, kw)
                 return call
-            (gone, eone), (gsep, esep) = both_us(one, nbytes), both_us(two, nbytes)
+            (gone, eone), (gsep, esep) = cell_us([one, two], nbytes)
             dual.append(dict(op="dual_rmsnorm_group_quant", t=t, g=g, graph_us=gone, us=eone,
                              separate_graph_us=gsep, separate_us=esep, speedup=gsep / gone,
                              speedup_event=esep / eone))
@@ -398,9 +417,11 @@ def gemm_section(copy: dict, quick: bool) -> list[dict]:
                 err = ((got - ref.float()).abs().mean() / ref.float().abs().mean()).item()
                 assert err < 1e-2, f"cuBLAS blockwise disagrees ({err:.3g}) at {m}x{n}x{k}"
             nbytes = m * k + n * k + m * n * 2          # each set's A, B (weights) and out
-            gus, us = both_us(lambda: (lambda t=inputs(): ops.gemm_a8w8_blockscale(*t)), nbytes)
-            gcub, cub = both_us(lambda: _cublas_blockwise(*inputs()), nbytes) if peer else (
-                None, None)
+            makes = [lambda: (lambda t=inputs(): ops.gemm_a8w8_blockscale(*t))]
+            if peer:
+                makes.append(lambda: _cublas_blockwise(*inputs()))
+            times = cell_us(makes, nbytes)
+            (gus, us), (gcub, cub) = times[0], times[1] if peer else (None, None)
             flops = 2 * m * n * k
             cfg = pick(arch, m, n, k)
             results.append(dict(op="gemm", m=m, n=n, k=k, graph_us=gus, us=us,
