@@ -51,10 +51,11 @@ def input_sets(nbytes: int) -> int:
 
 
 def _graph(make, nbytes: int, min_calls: int):
-    """(graph, calls per replay): make() returns one call bound to fresh inputs (nbytes read
-    and written per call); enough are made that their inputs exceed 2x L2 (up to 4096 sets:
-    calls of under 30 KB then share a warm L2, as they do in a decode step), and the graph runs
-    them in turn at least min_calls times."""
+    """(graph, calls per replay, the calls: they hold the inputs the graph reads, so keep them
+    while it runs). make() returns one call bound to fresh inputs (nbytes read and written per
+    call); enough are made that their inputs exceed 2x L2 (up to 4096 sets: calls of under
+    30 KB then share a warm L2, as they do in a decode step), and the graph runs them in turn
+    at least min_calls times."""
     calls = [make() for _ in range(input_sets(nbytes))]
     for c in calls:               # outside the capture: builds, loads, compiles, allocations
         c()
@@ -67,7 +68,7 @@ def _graph(make, nbytes: int, min_calls: int):
                 c()
     graph.replay()
     torch.cuda.synchronize()
-    return graph, reps * len(calls)
+    return graph, reps * len(calls), calls
 
 
 def graphs_us(makes: list, nbytes: int, min_calls: int = 64) -> list[float]:
@@ -78,13 +79,13 @@ def graphs_us(makes: list, nbytes: int, min_calls: int = 64) -> list[float]:
     times = [[] for _ in graphs]
     for r in range(7):
         for i in (range(len(graphs)) if r % 2 == 0 else reversed(range(len(graphs)))):
-            graph, calls = graphs[i]
+            graph, n, _ = graphs[i]
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             graph.replay()
             b.record()
             b.synchronize()
-            times[i].append(a.elapsed_time(b) * 1e3 / calls)
+            times[i].append(a.elapsed_time(b) * 1e3 / n)
     return [statistics.median(t) for t in times]
 
 
