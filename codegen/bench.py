@@ -392,13 +392,15 @@ def _cublas_blockwise(a, sa, b, sb):
         return None
 
 
-def gemm_section(copy: dict, quick: bool) -> list[dict]:
+def gemm_section(copy: dict, quick: bool, only_ms: str | None = None) -> list[dict]:
     from .families.gemm import TUNED_SHAPES, pick
     from .targets import device_arch
 
     arch = device_arch(torch.device("cuda"))
     dtype = ops.gemm.fp8_dtype_of(arch)
     ms = [1, 16, 64, 128, 1024, 2048, 4096, 8192] if not quick else [1, 16, 4096]
+    if only_ms:
+        ms = sorted(int(m) for m in only_ms.split(","))
     results = []
     # M ascending in the outer loop: a decode cell timed right after an 8192-row one would run
     # at the lower SM clock that the board's power limit left behind (its peers too)
@@ -537,13 +539,14 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write all figures here")
     ap.add_argument("--sections",
                     default="jit,overhead,quant,rmsnorm,rmsnorm_quant,gemm,rmsnorm_kernels")
+    ap.add_argument("--gemm-ms", help="the GEMM section at these M only (comma-separated)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench: no GPU visible; nothing to measure", file=sys.stderr)
         return 1
     torch._dynamo.config.cache_size_limit = 256     # one compiled graph per peer and shape
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "date": time.strftime("%Y-%m-%d")}
+           "date": time.strftime("%Y-%m-%d"), "time": time.strftime("%H:%M:%S")}
     out["copy_gbs"] = copy_bandwidth()
     out["copy_graph_gbs"] = copy_bandwidth_graph()
     out["empty_kernel_us"] = empty_kernel_us()
@@ -556,7 +559,7 @@ def main(argv=None) -> int:
             "quant": lambda: quant_section(copy, out["empty_kernel_us"], args.quick),
             "rmsnorm": lambda: rmsnorm_section(copy, args.quick),
             "rmsnorm_quant": lambda: rmsnorm_quant_section(copy),
-            "gemm": lambda: gemm_section(copy, args.quick),
+            "gemm": lambda: gemm_section(copy, args.quick, args.gemm_ms),
             "rmsnorm_kernels": lambda: rmsnorm_kernel_section(args.quick)}
     for name in sections:
         out[name] = runs[name]()

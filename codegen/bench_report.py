@@ -1,7 +1,10 @@
-"""Performance tables, the README's summary of them and the roofline plot, from a `make bench`
-JSON.
+"""Performance tables, the README's summary of them and the roofline plot, from `make bench`
+JSONs.
 
-    python -m codegen.bench_report [docs/bench/<run>.json]    (default: the newest there)
+    python -m codegen.bench_report [docs/bench/<run>.json ...]    (default: every one there)
+
+Each section (op family) comes from the newest run that has it (by date, then time of day), so
+a run of one section (`--sections gemm`) supersedes only that family's figures.
 
 Rewrites docs/performance.md between its `<!-- bench:begin -->` / `<!-- bench:end -->` markers
 (every table), the README between `<!-- bench-summary:begin -->` / `<!-- bench-summary:end -->`
@@ -55,14 +58,47 @@ def _same_copy_cols(rows: list[dict]) -> tuple[list[str], callable]:
         f"{r['same_copy_frac']:.0%}" if "same_copy_frac" in r else "-"]
 
 
+SECTIONS = ("jit", "overhead", "quant", "rmsnorm", "rmsnorm_quant", "gemm", "rmsnorm_kernels")
+
+
+def _meta(run: dict) -> dict:
+    return {k: v for k, v in run.items() if k not in SECTIONS and k != "sources"}
+
+
+def latest(paths: list[Path]) -> dict:
+    """One run from several: each section from the newest run that has it, the other fields
+    from the newest run; "sources" lists, newest first, each run used and its sections."""
+    runs = sorted(((json.loads(p.read_text()), p) for p in paths),
+                  key=lambda rp: (rp[0]["date"], rp[0].get("time", ""), rp[1].name))
+    out = _meta(runs[-1][0]) if runs else {}
+    out["sources"] = []
+    for run, path in reversed(runs):
+        took = [s for s in SECTIONS if s in run and s not in out]
+        out.update((s, run[s]) for s in took)
+        if took:
+            try:
+                path = path.resolve().relative_to(ROOT)
+            except ValueError:
+                pass
+            out["sources"].append(dict(_meta(run), file=str(path), sections=took))
+    return out
+
+
+def _run_line(run: dict, what: str, source: str) -> str:
+    return (f"{what}{run['date']} on {run['device']} (torch {run['torch']}"
+            f"{', commit ' + run['commit'] if run.get('commit') else ''}): copy "
+            f"{run['copy_graph_gbs']:.0f} GB/s by graph time, {run['copy_gbs']:.0f} GB/s by "
+            f"events. Raw figures: `{source}`.")
+
+
 def tables(run: dict, source: str) -> str:
-    out = [f"Run of {run['date']} on {run['device']} (torch {run['torch']}"
-           f"{', commit ' + run['commit'] if run.get('commit') else ''}): copy "
-           f"{run['copy_graph_gbs']:.0f} GB/s by graph time, {run['copy_gbs']:.0f} GB/s by "
-           f"events; every \"of copy\" is against the graph copy (235 MB moved), \"of "
-           f"same-size copy\" against a copy moving the cell's bytes. Times in us; \"graph\" is the "
-           f"per-call time in a CUDA graph over rotating inputs, \"event\" one call with its "
-           f"launch; peers are timed the same way in the same run. Raw figures: `{source}`."]
+    sources = run.get("sources") or [dict(_meta(run), file=source, sections=[])]
+    lines = [_run_line(r, f"{', '.join(r['sections'])} from the run of " if len(sources) > 1
+                       else "Run of ", r["file"]) for r in sources]
+    out = [" ".join(lines) + " Every \"of copy\" is against that run's graph copy (235 MB "
+           "moved), \"of same-size copy\" against a copy moving the cell's bytes. Times in us; "
+           "\"graph\" is the per-call time in a CUDA graph over rotating inputs, \"event\" one "
+           "call with its launch; peers are timed the same way in the same run."]
     if run.get("quant"):
         rows = [r for r in run["quant"] if r["g"] == 128]
         pc, pv = _peer_cols(rows)
@@ -134,7 +170,11 @@ def summary(run: dict) -> str:
     """One line per family: the large-problem fraction of copy and the ratio to its peer."""
     x = "{:.2f}x"
     big = lambda rows: [r for r in rows if r["t"] >= 4096 and r["h"] >= 4096]   # noqa: E731
-    lines = [f"{run['device']}, {run['date']}, graph time (copy {run['copy_graph_gbs']:.0f} "
+    runs = run.get("sources") or [dict(_meta(run), sections=[])]
+    when = "; ".join(f"{', '.join(r['sections'])} {r['date']}"
+                     + (f" at {r['commit']}" if r.get("commit") else "") for r in runs) \
+        if len(runs) > 1 else run["date"]
+    lines = [f"{run['device']}, {when}, graph time (copy {run['copy_graph_gbs']:.0f} "
              f"GB/s); T >= 4096 and H >= 4096 unless said:", ""]
     if run.get("quant"):
         rows = big([r for r in run["quant"] if r["g"] == 128])
@@ -245,25 +285,21 @@ def roofline(run: dict, path: Path) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("json", nargs="?", type=Path, help="a bench JSON (default: newest in "
+    ap.add_argument("json", nargs="*", type=Path, help="bench JSONs (default: every one in "
                     "docs/bench/)")
     ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
     ap.add_argument("--tables", type=Path, default=ROOT / "docs" / "performance.md")
     args = ap.parse_args(argv)
-    path = args.json or max(RESULTS.glob("*.json"), key=lambda p: p.stat().st_mtime,
-                            default=None)
-    if path is None:
+    paths = args.json or sorted(RESULTS.glob("*.json"))
+    if not paths:
         print(f"bench_report: no JSON in {RESULTS}", file=sys.stderr)
         return 2
-    run = json.loads(path.read_text())
-    try:
-        source = path.resolve().relative_to(ROOT)
-    except ValueError:
-        source = path
-    if not (_replace(args.tables, (BEGIN, END), tables(run, str(source)))
+    run = latest(paths)
+    source = ", ".join(r["file"] for r in run["sources"])
+    if not (_replace(args.tables, (BEGIN, END), tables(run, source))
             and _replace(args.readme, SUMMARY, summary(run))):
         return 2
-    plotted = roofline(run, path.parent / "roofline.png")
+    plotted = roofline(run, RESULTS / "roofline.png")
     print(f"bench_report: {args.tables.name} and the README summary from {source}"
           + (", roofline.png" if plotted else " (no matplotlib: no plot)"))
     return 0
