@@ -1,5 +1,6 @@
 """The bench's report and its optional peers, without a GPU."""
 import importlib
+import json
 
 import pytest
 
@@ -74,3 +75,20 @@ def test_the_vllm_kernel_is_taken_out_of_its_module_alone(fresh_peers, tmp_path)
     fresh_peers.setenv("CODEGEN_VLLM", str(tmp_path))
     importlib.reload(peers)
     assert callable(peers.vllm_quant())
+
+
+def test_report_takes_each_section_from_the_newest_run_that_has_it(tmp_path):
+    row = _run()["rmsnorm_quant"][1]
+    older = dict(_run(), date="2026-12-01", commit="aaa", quant=[dict(row, g=128, us=99.0)])
+    newer = dict(date="2026-12-01", time="10:00:00", device="dev", torch="t", commit="bbb",
+                 copy_graph_gbs=4100.0, copy_gbs=3950.0, quant=[dict(row, g=128, us=11.0)])
+    (tmp_path / "a.json").write_text(json.dumps(newer))
+    (tmp_path / "b.json").write_text(json.dumps(older))
+    run = bench_report.latest(sorted(tmp_path.glob("*.json")))
+    assert run["quant"] == newer["quant"] and run["rmsnorm_quant"] == older["rmsnorm_quant"]
+    assert run["commit"] == "bbb" and run["copy_graph_gbs"] == 4100.0
+    assert [(s["commit"], s["sections"]) for s in run["sources"]] == [
+        ("bbb", ["quant"]), ("aaa", ["rmsnorm_quant"])]
+    header = bench_report.tables(run, "-").splitlines()[0]
+    assert "quant from the run of 2026-12-01" in header and "commit aaa" in header
+    assert "quant 2026-12-01 at bbb; rmsnorm_quant 2026-12-01 at aaa" in bench_report.summary(run)
