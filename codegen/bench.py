@@ -392,7 +392,7 @@ def _cublas_blockwise(a, sa, b, sb):
         return None
 
 
-def gemm_section(copy: dict, quick: bool, only_ms: str | None = None) -> list[dict]:
+def gemm_section(copy: dict, quick: bool, only_ms: list[int] | None = None) -> list[dict]:
     from .families.gemm import TUNED_SHAPES, pick
     from .targets import device_arch
 
@@ -400,7 +400,7 @@ def gemm_section(copy: dict, quick: bool, only_ms: str | None = None) -> list[di
     dtype = ops.gemm.fp8_dtype_of(arch)
     ms = [1, 16, 64, 128, 1024, 2048, 4096, 8192] if not quick else [1, 16, 4096]
     if only_ms:
-        ms = sorted(int(m) for m in only_ms.split(","))
+        ms = sorted(only_ms)
     results = []
     # M ascending in the outer loop: a decode cell timed right after an 8192-row one would run
     # at the lower SM clock that the board's power limit left behind (its peers too)
@@ -559,7 +559,8 @@ def main(argv=None) -> int:
             "quant": lambda: quant_section(copy, out["empty_kernel_us"], args.quick),
             "rmsnorm": lambda: rmsnorm_section(copy, args.quick),
             "rmsnorm_quant": lambda: rmsnorm_quant_section(copy),
-            "gemm": lambda: gemm_section(copy, args.quick, args.gemm_ms),
+            "gemm": lambda: gemm_section(copy, args.quick, args.gemm_ms and [
+                int(m) for m in args.gemm_ms.split(",")]),
             "rmsnorm_kernels": lambda: rmsnorm_kernel_section(args.quick)}
     for name in sections:
         out[name] = runs[name]()
