@@ -21,6 +21,7 @@ import time
 import torch
 
 from . import ops, peers, reference
+from .bench_report import SECTIONS
 
 
 def bench_us(fn, warmup_ms=25, rep_ms=100) -> float:
@@ -537,8 +538,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     ap.add_argument("--json", help="write all figures here")
-    ap.add_argument("--sections",
-                    default="jit,overhead,quant,rmsnorm,rmsnorm_quant,gemm,rmsnorm_kernels")
+    ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--gemm-ms", help="the GEMM section at these M only (comma-separated)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
