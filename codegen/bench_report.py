@@ -65,16 +65,33 @@ def _meta(run: dict) -> dict:
     return {k: v for k, v in run.items() if k not in SECTIONS and k != "sources"}
 
 
+CELL = ("op", "g", "t", "h", "m", "n", "k")   # the fields that name a row's cell
+
+
+def _cell(row: dict) -> tuple:
+    return tuple(row.get(f) for f in CELL)
+
+
 def latest(paths: list[Path]) -> dict:
-    """One run from several: each section from the newest run that has it, the other fields
-    from the newest run; "sources" lists, newest first, each run used and its sections."""
+    """One run from several: each cell of a section from the newest run that has it (in the
+    order of the oldest run listing it; a run of a few cells replaces only those), the other
+    fields from the newest run; "sources" lists, newest first, each run used and its sections
+    ("gemm (other cells)" where a newer run had some of them)."""
     runs = sorted(((json.loads(p.read_text()), p) for p in paths),
                   key=lambda rp: (rp[0]["date"], rp[0].get("time", ""), rp[1].name))
     out = _meta(runs[-1][0]) if runs else {}
     out["sources"] = []
     for run, path in reversed(runs):
-        took = [s for s in SECTIONS if s in run and s not in out]
-        out.update((s, run[s]) for s in took)
+        took = []
+        for s in (s for s in SECTIONS if s in run):
+            if s not in out:
+                out[s] = run[s]
+                took.append(s)
+            elif isinstance(run[s], list):
+                newer = {_cell(r): r for r in out[s]}
+                if any(_cell(r) not in newer for r in run[s]):
+                    took.append(f"{s} (other cells)")
+                out[s] = [newer.pop(_cell(r), r) for r in run[s]] + list(newer.values())
         if took:
             try:
                 path = path.resolve().relative_to(ROOT)

@@ -92,3 +92,16 @@ def test_report_takes_each_section_from_the_newest_run_that_has_it(tmp_path):
     header = bench_report.tables(run, "-").splitlines()[0]
     assert "quant from the run of 2026-12-01" in header and "commit aaa" in header
     assert "quant 2026-12-01 at bbb; rmsnorm_quant 2026-12-01 at aaa" in bench_report.summary(run)
+
+
+def test_a_run_of_a_few_cells_replaces_only_those(tmp_path):
+    cell = lambda m, us: dict(op="gemm", m=m, n=576, k=7168, graph_us=us)   # noqa: E731
+    older = dict(_run(), date="2026-12-01", commit="aaa", gemm=[cell(1, 5.0), cell(128, 9.0)])
+    newer = dict(_run(), date="2026-12-02", commit="bbb", gemm=[cell(128, 8.0), cell(64, 7.0)])
+    del newer["rmsnorm_quant"]
+    (tmp_path / "a.json").write_text(json.dumps(older))
+    (tmp_path / "b.json").write_text(json.dumps(newer))
+    run = bench_report.latest(sorted(tmp_path.glob("*.json")))
+    assert [(r["m"], r["graph_us"]) for r in run["gemm"]] == [(1, 5.0), (128, 8.0), (64, 7.0)]
+    assert [(s["commit"], s["sections"]) for s in run["sources"]] == [
+        ("bbb", ["gemm"]), ("aaa", ["rmsnorm_quant", "gemm (other cells)"])]
