@@ -30,6 +30,13 @@ MS = [1, 2, 4, 8, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 NEAR, FINALISTS = 1.05, 4   # a cell's configs timed again, in turn: within 5% of the fastest
 
 
+def finalists(timed: list[tuple]) -> list[tuple]:
+    """The (us, config, rank) entries of a cell's sweep worth a second, in-turn timing: the
+    fastest FINALISTS within NEAR of the fastest, fastest first."""
+    timed = sorted(timed, key=lambda t: t[0])
+    return [t for t in timed if t[0] <= timed[0][0] * NEAR][:FINALISTS] if timed else []
+
+
 def candidates(arch: str) -> list[dict]:
     c = fam.config
     cands = [c("mma", bm, bn, split_k=sk) for bm in (8, 16, 32, 64) for bn in (16, 32, 64)
@@ -197,10 +204,9 @@ def main(argv=None) -> int:
             incumbent = fam.table(arch).get((fam.m_bucket(m), n, k))
             if incumbent and incumbent not in cands:
                 timed.append((graph_time(incumbent), incumbent, -1))
-            # configs within NEAR of the fastest, timed in turn (graphs_us), so that a clock or
-            # power drift over the sweep does not pick among them
-            timed.sort(key=lambda t: t[0])
-            near = [t for t in timed if t[0] <= timed[0][0] * NEAR][:FINALISTS]
+            # the near-equal ones timed in turn (graphs_us), so that a clock or power drift over
+            # the sweep does not pick among them
+            near = finalists(timed)
             if len(near) > 1:
                 again = graphs_us([calls(cfg) for _, cfg, _ in near], nbytes)
                 timed = [(us, cfg, rank) for us, (_, cfg, rank) in zip(again, near)]

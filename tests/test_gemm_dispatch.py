@@ -132,3 +132,12 @@ def test_tuner_candidates_validate():
         assert {c["kernel"] for c in cands} == kernels, arch
         for c in cands:
             assert validate(variant(arch, **c)) is None, (arch, c)
+
+
+def test_tuner_times_again_only_the_near_equal_configs():
+    from codegen.tune import FINALISTS, NEAR, finalists
+
+    sweep = [(10.0 * NEAR * 1.01, "slow", 0), (10.2, "b", 1), (10.0, "a", 2), (10.4, "c", 3)]
+    assert [c for _, c, _ in finalists(sweep)] == ["a", "b", "c"]
+    many = [(10.0 + i / 100, str(i), i) for i in range(FINALISTS + 3)]
+    assert len(finalists(many)) == FINALISTS and finalists([]) == []
