@@ -188,11 +188,11 @@ def summary(run: dict) -> str:
     x = "{:.2f}x"
     big = lambda rows: [r for r in rows if r["t"] >= 4096 and r["h"] >= 4096]   # noqa: E731
     runs = run.get("sources") or [dict(_meta(run), sections=[])]
+    copy = lambda r: f"copy {r['copy_graph_gbs']:.0f} GB/s"   # noqa: E731
     when = "; ".join(f"{', '.join(r['sections'])} {r['date']}"
-                     + (f" at {r['commit']}" if r.get("commit") else "") for r in runs) \
-        if len(runs) > 1 else run["date"]
-    lines = [f"{run['device']}, {when}, graph time (copy {run['copy_graph_gbs']:.0f} "
-             f"GB/s); T >= 4096 and H >= 4096 unless said:", ""]
+                     + (f" at {r['commit']}" if r.get("commit") else "") + f" ({copy(r)})"
+                     for r in runs) if len(runs) > 1 else f"{run['date']} ({copy(run)})"
+    lines = [f"{run['device']}, {when}; graph time, T >= 4096 and H >= 4096 unless said:", ""]
     if run.get("quant"):
         rows = big([r for r in run["quant"] if r["g"] == 128])
         lines.append(f"- per_token_group_quant_fp8 (bf16, G 128): {_span(r['copy_frac'] for r in rows)}"

@@ -91,7 +91,8 @@ def test_report_takes_each_section_from_the_newest_run_that_has_it(tmp_path):
         ("bbb", ["quant"]), ("aaa", ["rmsnorm_quant"])]
     header = bench_report.tables(run, "-").splitlines()[0]
     assert "quant from the run of 2026-12-01" in header and "commit aaa" in header
-    assert "quant 2026-12-01 at bbb; rmsnorm_quant 2026-12-01 at aaa" in bench_report.summary(run)
+    assert ("quant 2026-12-01 at bbb (copy 4100 GB/s); rmsnorm_quant 2026-12-01 at aaa (copy "
+            "4000 GB/s)") in bench_report.summary(run)
 
 
 def test_a_run_of_a_few_cells_replaces_only_those(tmp_path):
