@@ -253,6 +253,12 @@ def _replace(path: Path, markers: tuple[str, str], body: str) -> bool:
     return True
 
 
+def _copy_for(run: dict, section: str) -> float:
+    """The graph copy (GB/s) of the run a section came from."""
+    return next((s["copy_graph_gbs"] for s in run.get("sources", []) if section in s["sections"]),
+                run["copy_graph_gbs"])
+
+
 def roofline(run: dict, path: Path) -> bool:
     """Achieved bandwidth (memory-bound ops) and FLOP rate (GEMM) against the measured
     ceilings: the graph-timed copy, and the best cuBLAS rate of the run."""
@@ -262,7 +268,7 @@ def roofline(run: dict, path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    bw = run["copy_graph_gbs"]
+    bw = _copy_for(run, "quant")
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     def pts(rows):
         return [(r["gbs"] * r["graph_us"] * 1e3, r["gbs"]) for r in rows]   # (bytes, GB/s)
@@ -287,7 +293,7 @@ def roofline(run: dict, path: Path) -> bool:
         right.scatter(ai, [r["tflops"] for r in gemm], s=14, label="ours")
         right.scatter(ai, [r["cublas_tflops"] or float("nan") for r in gemm], s=14, marker="x",
                       label="cuBLAS blockwise")
-        xs = sorted(ai)
+        xs, bw = sorted(ai), _copy_for(run, "gemm")
         right.plot(xs, [min(peak, bw * x / 1e3) for x in xs], "k--", lw=1,
                    label=f"min(copy x intensity, best cuBLAS {peak:.0f} TFLOP/s)")
         right.set(xscale="log", yscale="log", xlabel="FLOP per byte (A + B + out once)",

@@ -98,7 +98,8 @@ def test_report_takes_each_section_from_the_newest_run_that_has_it(tmp_path):
 def test_a_run_of_a_few_cells_replaces_only_those(tmp_path):
     cell = lambda m, us: dict(op="gemm", m=m, n=576, k=7168, graph_us=us)   # noqa: E731
     older = dict(_run(), date="2026-12-01", commit="aaa", gemm=[cell(1, 5.0), cell(128, 9.0)])
-    newer = dict(_run(), date="2026-12-02", commit="bbb", gemm=[cell(128, 8.0), cell(64, 7.0)])
+    newer = dict(_run(), date="2026-12-02", commit="bbb", gemm=[cell(128, 8.0), cell(64, 7.0)],
+                 copy_graph_gbs=4100.0)
     del newer["rmsnorm_quant"]
     (tmp_path / "a.json").write_text(json.dumps(older))
     (tmp_path / "b.json").write_text(json.dumps(newer))
@@ -106,3 +107,6 @@ def test_a_run_of_a_few_cells_replaces_only_those(tmp_path):
     assert [(r["m"], r["graph_us"]) for r in run["gemm"]] == [(1, 5.0), (128, 8.0), (64, 7.0)]
     assert [(s["commit"], s["sections"]) for s in run["sources"]] == [
         ("bbb", ["gemm"]), ("aaa", ["rmsnorm_quant", "gemm (other cells)"])]
+    # the plot's ceilings: each family's own run's copy
+    assert bench_report._copy_for(run, "gemm") == 4100.0
+    assert bench_report._copy_for(run, "rmsnorm_quant") == 4000.0
