@@ -2,8 +2,9 @@
 
 Prints one table per section and writes all figures as JSON (--json PATH). Two timings per cell:
 - graph: the per-call time inside a CUDA graph of many back-to-back calls over rotating input
-  sets larger than 2x L2, what a serving engine's captured step sees (no launch cost, cold
-  inputs); the main figure, against the copy timed the same way;
+  sets larger than 2x the last cache (L2, or AMD's Infinity Cache where a part has one), what a
+  serving engine's captured step sees (no launch cost, cold inputs); the main figure, against
+  the copy timed the same way;
 - event: CUDA events around each call, median of many, L2 flushed between calls
   (triton.testing.do_bench when present): launch cost included.
 """
@@ -22,6 +23,7 @@ import torch
 
 from . import ops, peers, reference
 from .bench_report import SECTIONS
+from .targets import TARGETS, device_arch
 
 
 def bench_us(fn, warmup_ms=25, rep_ms=100) -> float:
@@ -45,18 +47,31 @@ def bench_us(fn, warmup_ms=25, rep_ms=100) -> float:
     return statistics.median(times)
 
 
+def cache_bytes() -> int:
+    """The largest cache in front of this device's memory: the L2 torch reports, or the
+    target's Infinity Cache where it is larger (MI300X: 256 MiB against 4 MiB of L2 reported)."""
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    target = TARGETS.get(device_arch(torch.device("cuda")))
+    return max(props.L2_cache_size, target.cache_bytes if target else 0)
+
+
+def sets_for(nbytes: int, cache: int) -> int:
+    """Input sets of nbytes each whose rotation exceeds 2x a cache of that size (4096 at most:
+    calls of a few KB then share a warm cache, as in a decode step)."""
+    return max(2, min(4096, -(-2 * cache // max(nbytes, 1)) + 1))
+
+
 def input_sets(nbytes: int) -> int:
-    """How many input sets of nbytes each graph_us rotates through: enough to exceed 2x L2."""
-    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    return max(2, min(4096, -(-2 * l2 // max(nbytes, 1)) + 1))
+    """How many input sets of nbytes each graph_us rotates through: enough to exceed 2x the
+    device's last cache."""
+    return sets_for(nbytes, cache_bytes())
 
 
 def _graph(make, nbytes: int, min_calls: int):
     """(graph, calls per replay, the calls: they hold the inputs the graph reads, so keep them
     while it runs). make() returns one call bound to fresh inputs (nbytes read and written per
-    call); enough are made that their inputs exceed 2x L2 (up to 4096 sets: calls of under
-    30 KB then share a warm L2, as they do in a decode step), and the graph runs them in turn
-    at least min_calls times."""
+    call); enough are made that their inputs exceed 2x the last cache (input_sets), and the
+    graph runs them in turn at least min_calls times."""
     calls = [make() for _ in range(input_sets(nbytes))]
     for c in calls:               # outside the capture: builds, loads, compiles, allocations
         c()
@@ -546,7 +561,8 @@ def main(argv=None) -> int:
         return 1
     torch._dynamo.config.cache_size_limit = 256     # one compiled graph per peer and shape
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-           "date": time.strftime("%Y-%m-%d"), "time": time.strftime("%H:%M:%S")}
+           "date": time.strftime("%Y-%m-%d"), "time": time.strftime("%H:%M:%S"),
+           "rotated_past_bytes": 2 * cache_bytes()}   # what each cell's inputs exceed
     out["copy_gbs"] = copy_bandwidth()
     out["copy_graph_gbs"] = copy_bandwidth_graph()
     out["empty_kernel_us"] = empty_kernel_us()

@@ -39,6 +39,9 @@ class Target:
     max_waves_per_simd: int    # AMD: waves per SIMD; NVIDIA: warps per SM
     simds_per_cu: int          # AMD SIMDs per CU; NVIDIA: 1 (the SM)
     lds_per_cu: int            # LDS / shared memory per CU / SM
+    # the largest cache in front of device memory on the target's largest part, bytes: AMD's
+    # Infinity Cache where the part has one (torch reports only the L2), else the L2
+    cache_bytes: int
 
     @property
     def has_fp8(self) -> bool:
@@ -80,21 +83,25 @@ class Target:
         return min(self.max_waves_per_simd, blocks * warps_per_block)
 
 
-def _amd(arch, wave, fp8, matrix, lds, regs, granule, waves, lds_cu=65536):
-    return Target(arch, "amd", wave, fp8, matrix, lds, regs, granule, waves, 4, lds_cu)
+def _amd(arch, wave, fp8, matrix, lds, regs, granule, waves, cache_mib, lds_cu=65536):
+    return Target(arch, "amd", wave, fp8, matrix, lds, regs, granule, waves, 4, lds_cu,
+                  cache_mib << 20)
 
 
 # Register-file figures are from AMD's ISA documents: CDNA3 has 512 (arch + acc) VGPRs per
 # lane in granules of 8 and 8 waves per SIMD; RDNA3/4 in wave32 have 1536 VGPRs in granules
-# of 24 (shown as 1536/24 slots) and 16 waves per SIMD.
+# of 24 (shown as 1536/24 slots) and 16 waves per SIMD. Caches (MiB) from ROCm's GPU
+# specifications: MI300X / MI355X 256 (L2 32), R9700 64 (L2 8), RX 9060 XT 32 (L2 4), RX 7900
+# XTX 96 (L2 6), one MI250X GCD no Infinity Cache (L2 8); H100 / H200: L2 50.
 TARGETS: dict[str, Target] = {t.arch: t for t in (
-    _amd("gfx942", 64, (E4M3FNUZ_224, E4M3FNUZ_240), "mfma_fp8", 65536, 512, 8, 8),
-    _amd("gfx950", 64, (E4M3FN,), "mfma_f8f6f4", 163840, 512, 8, 8, lds_cu=163840),
-    _amd("gfx1200", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16),
-    _amd("gfx1201", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16),
-    _amd("gfx1100", 32, (), "", 65536, 1536, 24, 16),
-    _amd("gfx90a", 64, (), "", 65536, 512, 8, 8),
-    Target("sm_90a", "nvidia", 32, (E4M3FN,), "wgmma_fp8", 232448, 65536, 256, 64, 1, 233472),
+    _amd("gfx942", 64, (E4M3FNUZ_224, E4M3FNUZ_240), "mfma_fp8", 65536, 512, 8, 8, 256),
+    _amd("gfx950", 64, (E4M3FN,), "mfma_f8f6f4", 163840, 512, 8, 8, 256, lds_cu=163840),
+    _amd("gfx1200", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16, 32),
+    _amd("gfx1201", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16, 64),
+    _amd("gfx1100", 32, (), "", 65536, 1536, 24, 16, 96),
+    _amd("gfx90a", 64, (), "", 65536, 512, 8, 8, 8),
+    Target("sm_90a", "nvidia", 32, (E4M3FN,), "wgmma_fp8", 232448, 65536, 256, 64, 1, 233472,
+           50 << 20),
 )}
 
 

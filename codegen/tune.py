@@ -1,11 +1,12 @@
 """Tune the GEMM dispatch table on the present GPU: `python -m codegen.tune [--quick]`.
 
 Times every valid candidate config for each (M bucket, N, K) the way `make bench` does (per-call
-time in a CUDA graph of back-to-back calls over input sets larger than 2x L2, the sets shared
-by the candidates of a cell), times the few within 5% of the fastest again in turn, and writes
-the fastest of that round to codegen/tables/gemm_a8w8_blockscale.<arch>.json (or --out), the
-table that dispatch and the build read. Candidates are compiled in parallel first; on AMD each cell times them best-first
-by the static K-loop estimate (codegen/build/estimate.py), `--top N` only the first N.
+time in a CUDA graph of back-to-back calls over input sets larger than 2x the last cache, the
+sets shared by the candidates of a cell), times the few within 5% of the fastest again in turn,
+and writes the fastest of that round to codegen/tables/gemm_a8w8_blockscale.<arch>.json (or
+--out), the table that dispatch and the build read. Candidates are compiled in parallel first;
+on AMD each cell times them best-first by the static K-loop estimate (codegen/build/estimate.py),
+`--top N` only the first N.
 """
 from __future__ import annotations
 

@@ -110,3 +110,22 @@ def test_a_run_of_a_few_cells_replaces_only_those(tmp_path):
     # the plot's ceilings: each family's own run's copy
     assert bench_report._copy_for(run, "gemm") == 4100.0
     assert bench_report._copy_for(run, "rmsnorm_quant") == 4000.0
+
+
+def test_inputs_rotate_past_the_last_cache(monkeypatch):
+    """MI300X-class parts report their 4 MiB L2 but keep 256 MiB in the Infinity Cache."""
+    from types import SimpleNamespace
+
+    from codegen import bench
+    from codegen.targets import TARGETS
+
+    monkeypatch.setattr(bench.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(bench.torch.cuda, "get_device_properties",
+                        lambda d: SimpleNamespace(L2_cache_size=4 << 20))
+    for arch, cache in (("gfx942", 256 << 20), ("gfx1201", 64 << 20), ("sm_80", 4 << 20)):
+        monkeypatch.setattr(bench, "device_arch", lambda d, a=arch: a)
+        assert bench.cache_bytes() == cache, arch
+    for t in TARGETS.values():
+        for nbytes in (3 << 20, 30 << 20, 300 << 20, 3 << 30):
+            n = bench.sets_for(nbytes, t.cache_bytes)
+            assert n >= 2 and n * nbytes > 2 * t.cache_bytes, (t.arch, nbytes)
