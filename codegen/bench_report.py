@@ -76,9 +76,11 @@ def latest(paths: list[Path]) -> dict:
     """One run from several: each cell of a section from the newest run that has it (in the
     order of the oldest run listing it; a run of a few cells replaces only those), the other
     fields from the newest run; "sources" lists, newest first, each run used and its sections
-    ("gemm (other cells)" where a newer run had some of them)."""
+    ("gemm (other cells)" where a newer run had some of them). Only the newest run's device
+    is reported: an MI300X run beside H200 ones makes an MI300X report."""
     runs = sorted(((json.loads(p.read_text()), p) for p in paths),
                   key=lambda rp: (rp[0]["date"], rp[0].get("time", ""), rp[1].name))
+    runs = [rp for rp in runs if rp[0]["device"] == runs[-1][0]["device"]]
     out = _meta(runs[-1][0]) if runs else {}
     out["sources"] = []
     for run, path in reversed(runs):

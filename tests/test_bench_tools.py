@@ -129,3 +129,14 @@ def test_inputs_rotate_past_the_last_cache(monkeypatch):
         for nbytes in (3 << 20, 30 << 20, 300 << 20, 3 << 30):
             n = bench.sets_for(nbytes, t.cache_bytes)
             assert n >= 2 and n * nbytes > 2 * t.cache_bytes, (t.arch, nbytes)
+
+
+def test_a_report_is_of_one_device(tmp_path):
+    h200 = dict(_run(), date="2026-12-01", device="NVIDIA H200", commit="aaa")
+    mi300 = dict(_run(), date="2026-12-02", device="AMD Instinct MI300X", commit="bbb")
+    del mi300["rmsnorm_quant"][1]
+    (tmp_path / "h200.json").write_text(json.dumps(h200))
+    (tmp_path / "mi300x.json").write_text(json.dumps(mi300))
+    run = bench_report.latest(sorted(tmp_path.glob("*.json")))
+    assert run["device"] == "AMD Instinct MI300X" and len(run["rmsnorm_quant"]) == 1
+    assert [s["commit"] for s in run["sources"]] == ["bbb"]
