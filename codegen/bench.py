@@ -410,7 +410,6 @@ def _cublas_blockwise(a, sa, b, sb):
 
 def gemm_section(copy: dict, quick: bool, only_ms: list[int] | None = None) -> list[dict]:
     from .families.gemm import TUNED_SHAPES, pick
-    from .targets import device_arch
 
     arch = device_arch(torch.device("cuda"))
     dtype = ops.gemm.fp8_dtype_of(arch)

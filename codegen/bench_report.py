@@ -3,8 +3,8 @@ JSONs.
 
     python -m codegen.bench_report [docs/bench/<run>.json ...]    (default: every one there)
 
-Each section (op family) comes from the newest run that has it (by date, then time of day), so
-a run of one section (`--sections gemm`) supersedes only that family's figures.
+Each cell comes from the newest run of the newest run's device that has it (by date, then time
+of day), so a run of one section (`--sections gemm`, `--gemm-ms`) supersedes only its cells.
 
 Rewrites docs/performance.md between its `<!-- bench:begin -->` / `<!-- bench:end -->` markers
 (every table), the README between `<!-- bench-summary:begin -->` / `<!-- bench-summary:end -->`
