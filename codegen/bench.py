@@ -68,23 +68,25 @@ def input_sets(nbytes: int) -> int:
 
 
 def _graph(make, nbytes: int, min_calls: int):
-    """(graph, calls per replay, the calls: they hold the inputs the graph reads, so keep them
-    while it runs). make() returns one call bound to fresh inputs (nbytes read and written per
-    call); enough are made that their inputs exceed 2x the last cache (input_sets), and the
-    graph runs them in turn at least min_calls times."""
+    """(graph, calls per replay, what the graph reads and writes: keep it while the graph runs).
+    make() returns one call bound to fresh inputs (nbytes read and written per call); enough are
+    made that their inputs exceed 2x the last cache (input_sets), and the graph runs them in turn
+    at least min_calls times. The outputs rotate too: call i's result is held until call i runs
+    again, so no call writes into a buffer the call before it wrote (which would still be in the
+    cache, its first write never paid to memory: the copy ceiling writes cold buffers)."""
     calls = [make() for _ in range(input_sets(nbytes))]
-    for c in calls:               # outside the capture: builds, loads, compiles, allocations
-        c()
+    held = [c() for c in calls]   # outside the capture: builds, loads, compiles, allocations
     torch.cuda.synchronize()
     reps = -(-min_calls // len(calls))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
+        held = [None] * len(calls)
         for _ in range(reps):
-            for c in calls:
-                c()
+            for i, c in enumerate(calls):
+                held[i] = c()
     graph.replay()
     torch.cuda.synchronize()
-    return graph, reps * len(calls), calls
+    return graph, reps * len(calls), (calls, held)
 
 
 def graphs_us(makes: list, nbytes: int, min_calls: int = 64) -> list[float]:

@@ -140,3 +140,29 @@ def test_a_report_is_of_one_device(tmp_path):
     run = bench_report.latest(sorted(tmp_path.glob("*.json")))
     assert run["device"] == "AMD Instinct MI300X" and len(run["rmsnorm_quant"]) == 1
     assert [s["commit"] for s in run["sources"]] == ["bbb"]
+
+
+@pytest.mark.gpu
+def test_graph_calls_write_rotating_outputs(monkeypatch):
+    """Each call of a timed graph writes a buffer that the call before it did not: the outputs
+    rotate as the inputs do, so no contender's writes land in a still-cached buffer."""
+    import torch
+
+    from codegen import bench
+
+    monkeypatch.setattr(bench, "input_sets", lambda nbytes: 3)
+    ptrs = []
+
+    def make():
+        def call():
+            y = torch.empty(1 << 16, device="cuda")
+            ptrs.append(y.data_ptr())
+            return y
+        return call
+
+    bench._graph(make, 1 << 18, min_calls=12)
+    captured = ptrs[3:]          # the first 3 ran before the capture
+    assert len(captured) == 12
+    assert all(a != b for a, b in zip(captured, captured[1:]))
+    # a buffer comes back only after every other call's output was held once
+    assert all(len(set(captured[i:i + 4])) == 4 for i in range(len(captured) - 3))
