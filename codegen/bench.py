@@ -3,8 +3,8 @@
 Prints one table per section and writes all figures as JSON (--json PATH). Two timings per cell:
 - graph: the per-call time inside a CUDA graph of many back-to-back calls over rotating input
   sets larger than 2x the last cache (L2, or AMD's Infinity Cache where a part has one), what a
-  serving engine's captured step sees (no launch cost, cold inputs); the main figure, against
-  the copy timed the same way;
+  serving engine's captured step sees (no launch cost, cold inputs, outputs written to buffers
+  the call before did not write); the main figure, against the copy timed the same way;
 - event: CUDA events around each call, median of many, L2 flushed between calls
   (triton.testing.do_bench when present): launch cost included.
 """
@@ -265,9 +265,8 @@ def _torch_rmsnorm_quant(x, w, fp8_dtype, fmax, g=128, eps=1e-6):
 def _rmsnorm_cells(ts: list[int], hs: list[int]):
     """(op, T, H, bytes moved, make ours, make torch.compile peer, make AITER peer or None,
     make in-place torch.compile peer or None) per cell, bf16: each make() returns one call on
-    fresh inputs. The functional peer writes its new residual into a buffer the graph's pool
-    hands out again and again (warm in L2 up to the cache's size); the in-place one writes
-    where it read, as ours must."""
+    fresh inputs. The functional peer returns its new residual in a new buffer; the in-place one
+    writes where it read, as ours must."""
     peer_norm, peer_add = torch.compile(_torch_rmsnorm), torch.compile(_torch_add_rmsnorm)
     peer_add_inplace = torch.compile(_torch_add_rmsnorm_inplace)
     ait = peers.aiter()

@@ -116,8 +116,8 @@ def tables(run: dict, source: str) -> str:
                        else "Run of ", r["file"]) for r in sources]
     out = [" ".join(lines) + " Every \"of copy\" is against that run's graph copy (235 MB "
            "moved), \"of same-size copy\" against a copy moving the cell's bytes. Times in us; "
-           "\"graph\" is the per-call time in a CUDA graph over rotating inputs, \"event\" one "
-           "call with its launch; peers are timed the same way in the same run."]
+           "\"graph\" is the per-call time in a CUDA graph over rotating inputs and outputs, "
+           "\"event\" one call with its launch; peers are timed the same way in the same run."]
     if run.get("quant"):
         rows = [r for r in run["quant"] if r["g"] == 128]
         pc, pv = _peer_cols(rows)
