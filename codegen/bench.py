@@ -75,12 +75,13 @@ def _graph(make, nbytes: int, min_calls: int):
     again, so no call writes into a buffer the call before it wrote (which would still be in the
     cache, its first write never paid to memory: the copy ceiling writes cold buffers)."""
     calls = [make() for _ in range(input_sets(nbytes))]
-    held = [c() for c in calls]   # outside the capture: builds, loads, compiles, allocations
+    for c in calls:               # outside the capture: builds, loads, compiles, allocations
+        c()
     torch.cuda.synchronize()
     reps = -(-min_calls // len(calls))
+    held = [None] * len(calls)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        held = [None] * len(calls)
         for _ in range(reps):
             for i, c in enumerate(calls):
                 held[i] = c()
