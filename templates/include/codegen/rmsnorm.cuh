@@ -497,32 +497,61 @@ struct QuantRow {
 };
 #endif
 
-// L2 prefetch for the register kernels, whose blocks hold one row group each: the first thread of
-// row `row` starts reading row `row + ahead` (x, and the residual) into L2. The block that takes
-// that row later finds it there, and memory keeps streaming while this block does arithmetic
-// rather than loads. Rows must be 16-byte aligned and h * BYTES a multiple of 16.
+// L2 prefetch of row t of x (and of the residual) by the row's first thread; none for t >= rows.
+// Rows must be 16-byte aligned and h * BYTES a multiple of 16. A prefetch moves nothing into the
+// SM and changes nothing a load sees (L2 is where every SM's writes land), so the kernels issue
+// one for their own row before pdl_begin: the row streams in while the grid before drains.
 template <int TPR, bool RESIDUAL>
-CG_DEVICE void prefetch_rows(const uint8_t* x, const uint8_t* res, int64_t x_stride,
-                             int64_t res_stride, int bytes, int64_t row, int64_t rows,
-                             int64_t ahead, int tid) {
-  const int64_t t = row + ahead;
-  if (ahead > 0 && uint32_t(tid) % TPR == 0 && t < rows) {
+CG_DEVICE void prefetch_row(const uint8_t* x, const uint8_t* res, int64_t x_stride,
+                            int64_t res_stride, int bytes, int64_t t, int64_t rows, int tid) {
+  if (uint32_t(tid) % TPR == 0 && t < rows) {
     prefetch_l2(x + t * x_stride, uint32_t(bytes));
     if constexpr (RESIDUAL) prefetch_l2(res + t * res_stride, uint32_t(bytes));
   }
 }
 
-// prefetch_rows' distance: the rows of half the blocks resident at once; 0 if the grid fits on
-// the device at once or the target does not prefetch. H200, bf16, kernel time against no
-// prefetch (us): rmsnorm 16384 x 8192 140 -> 130, fused_add_rmsnorm 16384 x 4096 141 -> 130,
-// rmsnorm_group_quant 16384 x 4096 72 -> 65 and 4096 x 7168 30.3 -> 29.7. The rows of all
-// resident blocks ahead gained less and lost at some shapes (fused_add_rmsnorm 16384 x 7168
-// 236 -> 242); a quarter of them about the same as half.
+// L2 prefetch for the register kernels, whose blocks hold one row group each: row `row + ahead`
+// (ahead > 0). The block that takes that row later finds it there, and memory keeps streaming
+// while this block does arithmetic rather than loads.
+template <int TPR, bool RESIDUAL>
+CG_DEVICE void prefetch_rows(const uint8_t* x, const uint8_t* res, int64_t x_stride,
+                             int64_t res_stride, int bytes, int64_t row, int64_t rows,
+                             int64_t ahead, int tid) {
+  if (ahead > 0) {
+    prefetch_row<TPR, RESIDUAL>(x, res, x_stride, res_stride, bytes, row + ahead, rows, tid);
+  }
+}
+
+// rmsnorm_rows_staged's first STAGES - 1 rows of this thread's row group, into L2 (prefetch_row):
+// what its kernels ask for before pdl_begin.
+template <int TPR, bool RESIDUAL, int STAGES, int BLOCK>
+CG_DEVICE void prefetch_staged_rows(const uint8_t* x, const uint8_t* res, int64_t x_stride,
+                                    int64_t res_stride, int bytes, int64_t rows, int tid) {
+  constexpr int RPB = BLOCK / TPR;
+  const int64_t row = int64_t(block_x()) * RPB + tid / TPR, stride = int64_t(grid_x()) * RPB;
+#pragma unroll
+  for (int k = 0; k < STAGES - 1; ++k) {
+    prefetch_row<TPR, RESIDUAL>(x, res, x_stride, res_stride, bytes, row + k * stride, rows, tid);
+  }
+}
+
+// The register kernels' L2 prefetches: `ahead`, prefetch_rows' distance, the rows of half the
+// blocks resident at once, 0 if the grid fits on the device at once or the target does not
+// prefetch; `early`, the blocks that prefetch their own row before pdl_begin (prefetch_row):
+// those resident at once, the only ones that can start while the grid before drains. H200,
+// bf16, kernel time against no `ahead` (us): rmsnorm 16384 x 8192 140 -> 130,
+// fused_add_rmsnorm 16384 x 4096 141 -> 130, rmsnorm_group_quant 16384 x 4096 72 -> 65 and
+// 4096 x 7168 30.3 -> 29.7. The rows of all resident blocks ahead gained less and lost at some
+// shapes (fused_add_rmsnorm 16384 x 7168 236 -> 242); a quarter of them about the same as half.
+struct RowPrefetch {
+  int64_t ahead, early;
+};
+
 template <int KEY, class Kernel>
-static int64_t prefetch_distance(Kernel kernel, int block, int rows_per_block, int64_t blocks) {
-  if (!kPrefetchL2) return 0;
+static RowPrefetch row_prefetch(Kernel kernel, int block, int rows_per_block, int64_t blocks) {
+  if (!kPrefetchL2) return {0, 0};
   const int64_t resident = resident_blocks<KEY>(kernel, block);
-  return resident > 0 && blocks > resident ? resident / 2 * rows_per_block : 0;
+  return {resident > 0 && blocks > resident ? resident / 2 * rows_per_block : 0, resident};
 }
 
 }  // namespace cg
