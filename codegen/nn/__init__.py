@@ -28,10 +28,17 @@ class FP8Activation(NamedTuple):
     dtype: torch.dtype
 
 
-def _ops():
-    from .. import ops
+_OPS = None
 
-    return ops
+
+def _ops():
+    """codegen.ops, imported on first use (an import statement in forward costs ~1 us a call)."""
+    global _OPS
+    if _OPS is None:
+        from .. import ops
+
+        _OPS = ops
+    return _OPS
 
 
 def device_fp8(device: torch.device) -> tuple[torch.dtype, float]:
@@ -140,22 +147,31 @@ class BlockFP8Linear(nn.Module):
         return layer
 
     def forward(self, x: torch.Tensor | FP8Activation) -> torch.Tensor:
-        ops = _ops()
+        # Eager decode calls are host-bound: the tensors come from the module's dicts (not
+        # Module.__getattr__, ~0.8 us a name) and 2-D inputs skip the reshapes.
+        ops = _OPS or _ops()
         if isinstance(x, FP8Activation):
             q, s, dtype = x
-            lead = q.shape[:-1]
-            q, s = q.reshape(-1, q.shape[-1]), s.reshape(-1, s.shape[-1])
+            flat = q.dim() != 2
+            if flat:
+                lead = q.shape[:-1]
+                q, s = q.reshape(-1, q.shape[-1]), s.reshape(-1, s.shape[-1])
         else:
-            dtype, lead = x.dtype, x.shape[:-1]
-            q, s = ops.per_token_group_quant_fp8(x if x.dim() == 2 else x.reshape(
-                -1, x.shape[-1]), BLOCK)
-        y = ops.gemm_a8w8_blockscale(q, s, self.weight, self.weight_scale_inv)
-        if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
+            dtype = x.dtype
+            flat = x.dim() != 2
+            if flat:
+                lead = x.shape[:-1]
+                x = x.reshape(-1, x.shape[-1])
+            q, s = ops.per_token_group_quant_fp8(x, BLOCK)
+        buffers = self._buffers
+        y = ops.gemm_a8w8_blockscale(q, s, buffers["weight"], buffers["weight_scale_inv"])
+        bias = self._parameters.get("bias")
+        if bias is not None:
+            y = y + bias.to(y.dtype)
         out = self.out_dtype or dtype
         if y.dtype != out:
             y = y.to(out)
-        return y if len(lead) == 1 else y.view(*lead, self.out_features)
+        return y.view(*lead, self.out_features) if flat else y
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -192,18 +208,25 @@ class RMSNorm(nn.Module):
         return layer
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        ops = _ops()
-        lead, h = x.shape[:-1], x.shape[-1]
-        x2 = x.reshape(-1, h)
-        w = self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype)
-        r2 = residual.reshape(-1, h) if residual is not None else None
+        ops = _OPS or _ops()     # as BlockFP8Linear.forward: dicts, no reshapes of 2-D rows
+        h, flat = x.shape[-1], x.dim() != 2
+        x2 = x.reshape(-1, h) if flat else x
+        w = self._parameters.get("weight")
+        if w is None:            # elementwise_affine=False: a buffer
+            w = self._buffers["weight"]
+        if w.dtype != x.dtype:
+            w = w.to(x.dtype)
+        r2 = residual.reshape(-1, h) if residual is not None and flat else residual
         if self.quantize:
             q, s = ops.rmsnorm_group_quant(x2, w, self.eps, BLOCK, residual=r2)
-            y = FP8Activation(q.view(*lead, h), s.view(*lead, h // BLOCK), x.dtype)
+            y = (FP8Activation(q.view(x.shape), s.view(*x.shape[:-1], h // BLOCK), x.dtype)
+                 if flat else FP8Activation(q, s, x.dtype))
         elif residual is not None:
-            y = ops.fused_add_rmsnorm(x2, r2, w, self.eps).view(*lead, h)
+            y = ops.fused_add_rmsnorm(x2, r2, w, self.eps)
         else:
-            y = ops.rmsnorm(x2, w, self.eps).view(*lead, h)
+            y = ops.rmsnorm(x2, w, self.eps)
+        if flat and not self.quantize:
+            y = y.view(x.shape)
         return y if residual is None else (y, residual)
 
     def extra_repr(self) -> str:
