@@ -149,7 +149,7 @@ class BlockFP8Linear(nn.Module):
     def forward(self, x: torch.Tensor | FP8Activation) -> torch.Tensor:
         # Eager decode calls are host-bound: the tensors come from the module's dicts (not
         # Module.__getattr__, ~0.8 us a name) and 2-D inputs skip the reshapes.
-        ops = _OPS or _ops()
+        ops = _ops()
         if isinstance(x, FP8Activation):
             q, s, dtype = x
             flat = q.dim() != 2
@@ -208,7 +208,7 @@ class RMSNorm(nn.Module):
         return layer
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
-        ops = _OPS or _ops()     # as BlockFP8Linear.forward: dicts, no reshapes of 2-D rows
+        ops = _ops()     # as BlockFP8Linear.forward: dicts, no reshapes of 2-D rows
         h, flat = x.shape[-1], x.dim() != 2
         x2 = x.reshape(-1, h) if flat else x
         w = self._parameters.get("weight")
