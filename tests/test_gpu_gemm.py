@@ -1,4 +1,8 @@
 """L5: the FP8 block-scale GEMM on the GPU vs the fp64 torch reference (NUMERICS.md)."""
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -120,6 +124,67 @@ def test_tma_kernel():
         for cfg in cfgs:
             poisoned_alloc(m, n)
             check(ops.gemm.gemm_with_config(a, sa, b, sb, cfg), a, sa, b, sb)
+
+
+def test_stream_k_is_deterministic_and_graph_safe():
+    """Shapes whose last, partial round of tiles the tma kernel splits in K (partial sums
+    through a workspace from the launcher's pool, flags cleared before each launch), on 132
+    SMs: 7 pieces per tile alone (83 rows) and after whole rounds (4096), 3 pieces in 2-CTA
+    clusters and with one consumer warpgroup on a straddling width. Two calls agree to the
+    bit, as do a graph replay and calls running at once on two streams."""
+    if device_arch(torch.device("cuda")) != "sm_90a":
+        pytest.skip("the tma kernel is sm_90a's")
+    for (m, n, k), cfg in [((83, 2112, 7168), fam.config("tma", 128, 128, stages=5)),
+                           ((4096, 2112, 7168), fam.config("tma", 128, 128, stages=5)),
+                           ((256, 2112, 7168), fam.config("tma", 128, 128, stages=4, cluster=2)),
+                           ((70, 2112, 16384), fam.config("tma", 64, 112, stages=6))]:
+        a, sa, b, sb = make(m, n, k)
+        call = lambda: ops.gemm.gemm_with_config(a, sa, b, sb, cfg)  # noqa: E731
+        poisoned_alloc(m, n)
+        one = call()
+        check(one, a, sa, b, sb)
+        assert torch.equal(call(), one)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            replayed = call()
+        for _ in range(2):
+            poison_(replayed)
+            g.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(replayed, one)
+        streams = [torch.cuda.Stream() for _ in range(2)]
+        torch.cuda.synchronize()
+        outs = []
+        for s in streams:
+            with torch.cuda.stream(s):
+                outs += [call() for _ in range(3)]
+        torch.cuda.synchronize()
+        assert all(torch.equal(o, one) for o in outs)
+
+
+def test_stream_k_first_call_inside_a_graph_capture():
+    """The launcher's first call (its workspace pool created then) may come inside a capture."""
+    if device_arch(torch.device("cuda")) != "sm_90a":
+        pytest.skip("the tma kernel is sm_90a's")
+    code = """if True:
+        import torch
+        from codegen import ops
+        m, n, k = 4096, 2112, 7168
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+        sa = torch.rand(m, k // 128, device="cuda") + 0.5
+        sb = torch.rand(-(-n // 128), k // 128, device="cuda") + 0.5
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = ops.gemm_a8w8_blockscale(a, sa, b, sb)
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, ops.gemm_a8w8_blockscale(a, sa, b, sb))
+        print("ok")
+    """
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-2000:]
 
 
 @pytest.mark.parametrize("layout", ["row", "col", "col_tma"])
