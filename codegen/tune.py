@@ -62,6 +62,13 @@ def candidates(arch: str) -> list[dict]:
     return out
 
 
+def compile_all(arch: str, cands: list[dict]) -> None:
+    """Build the candidates' modules side by side (each one alone is a serial nvcc / hipcc run)."""
+    fp8 = get_target(arch).fp8_formats[0].token
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda c: module_path(make_variant(fam.FAMILY, arch, fp8=fp8, **c)), cands))
+
+
 def estimates(arch: str, cands: list[dict]) -> dict[int, tuple]:
     """AMD: candidate index -> (K-loop cycles per wave and K block, waves per block, waves per
     SIMD) from each compiled variant's assembly (codegen/build/estimate.py); {} elsewhere or
@@ -154,9 +161,7 @@ def main(argv=None) -> int:
     ms = ([int(m) for m in args.ms.split(",")] if args.ms else
           [1, 16, 64, 1024, 4096] if args.quick else MS)
     t0 = time.time()
-    with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda c: module_path(make_variant(fam.FAMILY, arch, fp8=fp8.token, **c)),
-                      cands))
+    compile_all(arch, cands)
     print(f"compiled {len(cands)} candidates in {time.time() - t0:.1f} s", file=sys.stderr)
     est = estimates(arch, cands)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())

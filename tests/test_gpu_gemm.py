@@ -113,11 +113,12 @@ def test_tma_kernel():
     """sm_90a's persistent TMA kernel in every tile the tuner may pick: tails in M, N and K,
     output rows that are not 16-byte aligned (N % 8 != 0: stored from registers), more tiles
     than SMs (each CTA walks several)."""
-    from codegen.tune import candidates
+    from codegen.tune import candidates, compile_all
 
     if device_arch(torch.device("cuda")) != "sm_90a":
         pytest.skip("the tma kernel is sm_90a's")
     cfgs = [c for c in candidates("sm_90a") if c["kernel"] == "tma"]
+    compile_all("sm_90a", cfgs)
     for m, n, k in [(1, 576, 3888), (83, 2112, 7168), (130, 200, 512), (33, 2050, 128),
                     (70, 100, 256), (1000, 2112, 1024), (300, 7168, 384)]:
         a, sa, b, sb = make(m, n, k)
