@@ -1,5 +1,5 @@
 #!/bin/sh
-# One batch on the GPU machine: GPU tests, then the benchmark; logs under $OUT.
+# One batch on the GPU machine: the AOT build, GPU tests, then the benchmark; logs under $OUT.
 # Usage: sh tools/device_run.sh [pytest args...]   (BENCH_ARGS="--sections ..." picks sections;
 # wheels carried in .whl/, e.g. the real-model example's, are installed first)
 set -u
@@ -10,6 +10,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+# every dispatched module built side by side first: the tests would JIT them one at a time
+python3 -m codegen build --arch "$(python3 -c 'from codegen.targets import native_arch; print(native_arch())')" \
+  > "$OUT/build.log" 2>&1 || tail -20 "$OUT/build.log"
 python3 -m pytest -q -ra -m gpu -p no:cacheprovider "$@" 2>&1 | tee "$OUT/test.log" | tail -30
 [ "${BENCH_ARGS:-}" = none ] || \
   python3 -m codegen.bench --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
