@@ -11,8 +11,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 # every dispatched module built side by side first: the tests would JIT them one at a time
-python3 -m codegen build --arch "$(python3 -c 'from codegen.targets import native_arch; print(native_arch())')" \
-  > "$OUT/build.log" 2>&1 || tail -20 "$OUT/build.log"
+python3 -m codegen build --arch native > "$OUT/build.log" 2>&1 || tail -20 "$OUT/build.log"
 python3 -m pytest -q -ra -m gpu -p no:cacheprovider "$@" 2>&1 | tee "$OUT/test.log" | tail -30
 [ "${BENCH_ARGS:-}" = none ] || \
   python3 -m codegen.bench --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log"
