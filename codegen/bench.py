@@ -550,6 +550,18 @@ def jit_section() -> dict:
     return r
 
 
+def source_commit() -> str | None:
+    """The checkout's commit (with "+changes" where tracked files differ from it), if a git one."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "diff", "--quiet", "HEAD", "--"]).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if dirty else "")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
@@ -564,6 +576,8 @@ def main(argv=None) -> int:
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d"), "time": time.strftime("%H:%M:%S"),
            "rotated_past_bytes": 2 * cache_bytes()}   # what each cell's inputs exceed
+    if commit := source_commit():
+        out["commit"] = commit
     out["copy_gbs"] = copy_bandwidth()
     out["copy_graph_gbs"] = copy_bandwidth_graph()
     out["empty_kernel_us"] = empty_kernel_us()
