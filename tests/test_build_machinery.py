@@ -110,7 +110,7 @@ def test_emulator_outputs_are_ninja_edges_with_their_own_key(tmp_path, monkeypat
     assert "--no-gpu-bundle-output" in text and "--cuda-host-only" in text
     assert "-fuse-cuid=none" in text and "ockl.bc" in text
     assert "'--rocm-path=/opt/hip headers'" in text                  # quoted for the shell
-    assert set(support_files(edges)) == {"oclc_abi.cl"}
+    assert set(support_files(CLANG, edges)) == {"oclc_abi.cl"}
     assert "rule co" not in ninja_text(CLANG, [Edge("x.s", "x.hip", "asm")])
     v = make_variant("group_quant_fp8", "gfx950", **V)
     src = render(v)
@@ -118,3 +118,22 @@ def test_emulator_outputs_are_ninja_edges_with_their_own_key(tmp_path, monkeypat
     assert jit.cache_key(v, src, CLANG, emu=True) != jit.cache_key(v, src, CLANG)
     with pytest.raises(ValueError, match="offline gfx toolchain"):
         outputs_for(TC, "x", emu=True)
+
+
+def test_device_compiles_of_a_folder_share_a_precompiled_header():
+    """Two device compiles or more of the offline toolchain (an AOT folder) load the HIP system
+    headers precompiled once, a ninja edge of its own they depend on; one (a JIT folder) or
+    another toolchain's compiles parse them as before."""
+    from codegen.build.ninja import PCH, PCH_SOURCE, support_files
+
+    two = [Edge("a.s", "a.hip", "asm"), Edge("b.co", "b.hip", "co"), Edge("b.host.so", "b.hip",
+                                                                           "host")]
+    text = ninja_text(CLANG, two)
+    assert f"build {PCH}: pch {PCH_SOURCE}" in text and "-emit-pch" in text
+    assert f"build a.s: asm a.hip | {PCH}" in text
+    assert f"build b.co: co b.hip | oclc_abi.bc {PCH}" in text
+    assert f"build b.host.so: host b.hip | hip_shim.o\n" in text + "\n"
+    assert text.count("-include-pch") == 2                  # the asm and co rules
+    assert "#include <hip/hip_runtime.h>" in support_files(CLANG, two)[PCH_SOURCE]
+    for tc, edges in ((CLANG, two[:1]), (TC, [Edge("a.so", "a.cu", "module")] * 2)):
+        assert "pch" not in ninja_text(tc, edges) and PCH_SOURCE not in support_files(tc, edges)

@@ -231,3 +231,22 @@ def test_gfx1200_code_is_gfx1201s(generated):
             assert _instructions(out0 / r["asm"]) == _instructions(out1 / asm1[r["uri"]]), r["uri"]
             checked += 1
     assert checked == len(asm1) > 0
+
+
+def test_precompiled_header_changes_no_instruction(generated, cache_dir):
+    """An AOT folder's device compiles load the HIP system headers precompiled; the assembly is
+    that of a compile parsing them (a JIT build of the one variant), one per family, but for
+    the name of the per-file __hip_cuid symbol."""
+    from codegen.build.aot import plan
+    from codegen.build.jit import compile_variant
+    from codegen.build.ninja import PCH
+
+    d, _ = generated("gfx950")
+    assert (d / PCH).exists()
+    firsts = {}
+    for e in plan(get_target("gfx950"), None):
+        if e.status == "ok":
+            firsts.setdefault(e.variant.family, e.variant)
+    body = lambda p: [ln for ln in p.read_text().splitlines() if "__hip_cuid" not in ln]
+    for v in firsts.values():
+        assert body(d / f"{v.uri}.s") == body(compile_variant(v) / f"{v.uri}.s"), v.uri

@@ -67,7 +67,7 @@ def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
             emu_key = cache_key(e.variant, text, tc, emu=True)
             e.outputs += [(o, rule, emu_key) for o, rule in outputs_for(tc, e.variant.uri, True)]
         edges += [Edge(output, src, rule, headers) for output, rule, _ in e.outputs]
-    files.update(support_files(edges))
+    files.update(support_files(tc, edges))
     files["build.ninja"] = ninja_text(tc, edges)
 
     def work() -> tuple[list[str], list[str]]:

@@ -255,7 +255,7 @@ def _build_and_publish(variant: Variant, source: str, tc: Toolchain, base: Path,
         headers = tuple(str(p) for p in included_headers(source))
         edges = [Edge(out, src.name, rule, headers)
                  for out, rule in outputs_for(tc, variant.uri, emu)]
-        for name, text in support_files(edges).items():
+        for name, text in support_files(tc, edges).items():
             (staging / name).write_text(text)
         (staging / "build.ninja").write_text(ninja_text(tc, edges))
         result = run_ninja(staging)
