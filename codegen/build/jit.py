@@ -71,15 +71,17 @@ def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -
 
 
 _PR_SET_PDEATHSIG = 1
+try:   # looked up here: a dlopen in the forked child could wait on a lock another thread held
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
 
 
 def _die_with_parent() -> None:
     """In ninja's process: SIGTERM when the Python process that started it dies (ninja then
     stops the commands it runs), so a killed build leaves no compiler running."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def run_ninja(build_dir: Path, targets: list[str] | None = None, jobs: int | None = None,
