@@ -385,6 +385,20 @@ def test_killed_build_leaves_no_compiler_running_and_its_staging_is_cleared(fake
     assert not list(base.glob(".staging-*"))      # ... and removed by the next build
 
 
+def test_ninja_starts_without_the_interpreters_fork_handlers(fake, tmp_path):
+    """A fork that runs the before-fork handlers (any preexec_fn) waits for locks, logging's and
+    the imports', that another thread of the caller may hold while it waits for one the fork
+    took: a JIT build from a program with threads could hang. ninja is started without them."""
+    seen = []
+    os.register_at_fork(before=lambda: seen.append(threading.get_ident()) if armed else None)
+    armed = True
+    try:
+        jit.compile_variant(quant())
+    finally:
+        armed = False
+    assert seen == []
+
+
 # ---- 6. sharing ----
 
 def test_published_dirs_follow_the_umask_and_odd_paths_work(fake):

@@ -9,7 +9,6 @@ and builds it again, once, under the lock.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
@@ -70,18 +69,15 @@ def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
-_PR_SET_PDEATHSIG = 1
-try:   # looked up here: a dlopen in the forked child could wait on a lock another thread held
-    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-    _PRCTL = None
-
-
-def _die_with_parent() -> None:
-    """In ninja's process: SIGTERM when the Python process that started it dies (ninja then
-    stops the commands it runs), so a killed build leaves no compiler running."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+# ninja is started through this, which asks for SIGTERM when the Python process that started it
+# dies (ninja then stops the commands it runs, so a killed build leaves no compiler running) and
+# becomes ninja. Not a preexec_fn: forking with one runs the interpreter's before-fork handlers,
+# which wait for locks (logging's, imports') that another thread may hold while it waits in turn.
+_WITH_PARENT = ("import ctypes, os, sys\n"
+                "ctypes.CDLL(None, use_errno=True).prctl(1, 15)\n"   # PR_SET_PDEATHSIG, SIGTERM
+                "if os.getppid() != int(sys.argv[1]):\n"             # the parent died first
+                "    sys.exit(143)\n"
+                "os.execv(sys.argv[2], sys.argv[2:])\n")
 
 
 def run_ninja(build_dir: Path, targets: list[str] | None = None, jobs: int | None = None,
@@ -94,9 +90,10 @@ def run_ninja(build_dir: Path, targets: list[str] | None = None, jobs: int | Non
         cmd += ["-j", str(jobs)]
     cmd += targets or []
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
-    extra = dict(preexec_fn=_die_with_parent) if sys.platform.startswith("linux") else {}
+    if sys.platform.startswith("linux"):
+        cmd = [sys.executable, "-I", "-S", "-c", _WITH_PARENT, str(os.getpid()), *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True, **extra)
+                            env=env, start_new_session=True)
     lines = []
     try:
         for line in proc.stdout:
