@@ -92,7 +92,7 @@ def _build_fast_path() -> None:
     from .ops import _fast
 
     t0 = time.time()
-    mod = _fast.module()
+    mod = _fast.module(wait=True)
     print(f"eager fast path: {'ready' if mod else 'not built (the ops use the Python path)'} "
           f"({time.time() - t0:.1f} s)")
 

@@ -50,7 +50,7 @@ FAMILIES = {"group_quant_fp8": "rec_quant", "rmsnorm": "rec_norm",
 
 @pytest.fixture(scope="module")
 def fast():
-    mod = _fast.module()
+    mod = _fast.module(wait=True)
     if mod is None:
         pytest.skip("the C++ path could not be built here")
     return mod
@@ -229,3 +229,24 @@ def test_no_plan_no_call(fast):
     x = torch.randn(2, 384).to(torch.bfloat16)
     assert fast.quant(_fast.param_id(("never", "recorded")), x) is None
     assert fast.quant(_fast.param_id(("never", "recorded")), "not a tensor") is None
+
+
+def test_first_call_does_not_wait_for_the_build(monkeypatch):
+    """module() starts the build and answers None at once (the caller takes the Python path);
+    module(wait=True) waits for it; once built, every call gets the module."""
+    import threading
+
+    release, built = threading.Event(), object()
+
+    def slow_build():
+        assert release.wait(30)
+        return built
+
+    monkeypatch.setattr(_fast, "_state", {})
+    monkeypatch.setattr(_fast, "MOD", None)
+    monkeypatch.setattr(_fast, "_build", slow_build)
+    assert _fast.module() is None
+    assert _fast.module() is None and _fast._state["thread"].is_alive()
+    release.set()
+    assert _fast.module(wait=True) is built
+    assert _fast.module() is built and _fast.MOD is built

@@ -22,7 +22,7 @@ def _same(a, b):
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
-    if _fast.module() is None:
+    if _fast.module(wait=True) is None:
         pytest.skip("the C++ path could not be built here")
 
 

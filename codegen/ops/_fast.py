@@ -1,8 +1,10 @@
 """The ops' eager fast path (csrc/fastcall.cpp): one C++ call allocates and launches where the
 Python path has checked and recorded a plan for the call's signature (dtypes, devices, sizes
-past the rows, strides). Built with torch's extension builder on first use, into the cache dir;
-where it cannot be built (no C++ compiler) or CODEGEN_FASTCALL=0, the ops stay on the Python
-path, which is complete on its own.
+past the rows, strides). Built with torch's extension builder into the cache dir: by
+`python -m codegen build`, or else in a background thread from the first call on, the calls
+meanwhile on the Python path (which is complete on its own), so that no call waits for a C++
+compile of torch's headers. Where it cannot be built (no C++ compiler) or CODEGEN_FASTCALL=0,
+the ops stay on the Python path.
 """
 from __future__ import annotations
 
@@ -24,16 +26,27 @@ IDS: dict[tuple, int] = {}    # parameter tuple -> id
 MOD = None                    # the extension once built (the hot paths read it first)
 
 
-def module():
-    """The built extension, or None (reason printed once)."""
-    global MOD
+def module(wait: bool = False):
+    """The built extension, or None: not built yet (the first call starts the build; wait:
+    until it ends) or not buildable (reason printed once)."""
     mod = _state.get("mod", _state)
     if mod is not _state:
         return mod
     with _lock:
-        if "mod" not in _state:
-            _state["mod"] = MOD = _build()
-    return _state["mod"]
+        if "thread" not in _state:
+            # not a daemon: an exit mid-build would leave the builder's lock file behind, on
+            # which every later process would wait
+            _state["thread"] = threading.Thread(target=_finish_build, name="codegen-fastcall")
+            _state["thread"].start()
+    if wait:
+        _state["thread"].join()
+    return _state.get("mod")
+
+
+def _finish_build() -> None:
+    global MOD
+    MOD = mod = _build()
+    _state["mod"] = mod
 
 
 def _build():
