@@ -90,7 +90,7 @@ def run_ninja(build_dir: Path, targets: list[str] | None = None, jobs: int | Non
         cmd += ["-j", str(jobs)]
     cmd += targets or []
     env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
-    if sys.platform.startswith("linux"):
+    if sys.platform.startswith("linux") and sys.executable:
         cmd = [sys.executable, "-I", "-S", "-c", _WITH_PARENT, str(os.getpid()), *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
