@@ -34,6 +34,13 @@ def module(wait: bool = False):
         return mod
     with _lock:
         if "thread" not in _state:
+            try:
+                # imported here, not in the thread: a fork while another thread imports (and
+                # logs, as setuptools' modules do) can deadlock in the interpreter's
+                # before-fork handlers, and the caller may fork next (DataLoader workers)
+                import torch.utils.cpp_extension  # noqa: F401
+            except Exception:
+                pass                      # _build says why
             # not a daemon: an exit mid-build would leave the builder's lock file behind, on
             # which every later process would wait
             _state["thread"] = threading.Thread(target=_finish_build, name="codegen-fastcall")
