@@ -247,6 +247,21 @@ def test_cache_key_covers_the_hip_headers(fake):
     assert jit.cache_key(v, src, fake.hip_tc) != before
 
 
+def test_precompiled_header_is_built_again_with_new_hip_headers(fake, tmp_path):
+    """clang does not check system headers against a precompiled header: new HIP headers must
+    rebuild it (its source names their hash), before the variants built against them."""
+    out, target = tmp_path / "gen", get_target("gfx950")
+    aot.build(target, ops=["group_quant_fp8"], out_dir=out)
+    aot.build(target, ops=["group_quant_fp8"], out_dir=out)
+    assert fake.compiles().count(PCH) == 1
+    header = fake.tools_dir / "hip" / "include" / "hip" / "hip_runtime.h"
+    header.write_text("// v2, another ROCm release\n")
+    os.utime(header, ns=(time.time_ns(), time.time_ns() + 10**9))
+    aot.build(target, ops=["group_quant_fp8"], out_dir=out)
+    compiles = fake.compiles()
+    assert compiles.count(PCH) == 2 and compiles.count(f"{quant().uri}.s") == 2
+
+
 # ---- 4. causes named ----
 
 def test_bad_jobs_are_refused_before_any_build(fake, tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ from ..render import included_headers, render, source_suffix
 from .. import knobs, paths
 from ..spec import Variant, enumerate_variants, families, validate
 from ..targets import Target
-from ..toolchain import Toolchain, find
+from ..toolchain import Toolchain, find, hip_include_dir
 from . import store
 from .jit import aot_current, cache_key, key_record, run_ninja, source_key
 from .ninja import Edge, ninja_text, outputs_for, support_files, write_if_different
@@ -67,7 +67,8 @@ def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
             emu_key = cache_key(e.variant, text, tc, emu=True)
             e.outputs += [(o, rule, emu_key) for o, rule in outputs_for(tc, e.variant.uri, True)]
         edges += [Edge(output, src, rule, headers) for output, rule, _ in e.outputs]
-    files.update(support_files(tc, edges))
+    hip = hip_include_dir(tc)
+    files.update(support_files(tc, edges, store.tree_hash(hip) if hip else ""))
     files["build.ninja"] = ninja_text(tc, edges)
 
     def work() -> tuple[list[str], list[str]]:

@@ -1,6 +1,7 @@
 """build.ninja text: a pure function of its inputs (no clock, no environment)."""
 from __future__ import annotations
 
+import hashlib
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,11 +53,15 @@ def uses_pch(tc: Toolchain, edges: list[Edge]) -> bool:
     return tc.name == "clang" and sum(e.kind in _DEVICE_RULES for e in edges) >= 2
 
 
-def support_files(tc: Toolchain, edges: list[Edge]) -> dict[str, str]:
-    """Files the builder writes beside build.ninja for these edges (name -> text)."""
+def support_files(tc: Toolchain, edges: list[Edge], hip_headers: str = "") -> dict[str, str]:
+    """Files the builder writes beside build.ninja for these edges (name -> text). hip_headers:
+    a content hash of the toolchain's HIP headers, written into the precompiled header's source
+    so that it is built again when they (or the compiler) change: clang does not check system
+    headers against a precompiled header."""
     files = {"oclc_abi.cl": OCLC_ABI_SOURCE} if any(e.kind == "co" for e in edges) else {}
     if uses_pch(tc, edges):
-        files[PCH_SOURCE] = PCH_TEXT
+        stamp = hashlib.sha256(f"{tc.identity}\0{hip_headers}".encode()).hexdigest()[:24]
+        files[PCH_SOURCE] = f"// compiler and HIP headers {stamp}\n" + PCH_TEXT
     return files
 
 
