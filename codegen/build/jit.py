@@ -74,8 +74,11 @@ def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -
 # becomes ninja. Not a preexec_fn: forking with one runs the interpreter's before-fork handlers,
 # which wait for locks (logging's, imports') that another thread may hold while it waits in turn.
 _WITH_PARENT = ("import ctypes, os, sys\n"
-                "ctypes.CDLL(None, use_errno=True).prctl(1, 15)\n"   # PR_SET_PDEATHSIG, SIGTERM
-                "if os.getppid() != int(sys.argv[1]):\n"             # the parent died first
+                "try:\n"
+                "    ctypes.CDLL(None, use_errno=True).prctl(1, 15)\n"   # PR_SET_PDEATHSIG, TERM
+                "except (OSError, AttributeError):\n"
+                "    pass\n"
+                "if os.getppid() != int(sys.argv[1]):\n"                 # the parent died first
                 "    sys.exit(143)\n"
                 "os.execv(sys.argv[2], sys.argv[2:])\n")
 
