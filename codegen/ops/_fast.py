@@ -32,6 +32,9 @@ def module(wait: bool = False):
     mod = _state.get("mod", _state)
     if mod is not _state:
         return mod
+    if os.environ.get("CODEGEN_FASTCALL", "1") == "0":
+        _state["mod"] = None
+        return None
     with _lock:
         if "thread" not in _state:
             try:
@@ -57,8 +60,6 @@ def _finish_build() -> None:
 
 
 def _build():
-    if os.environ.get("CODEGEN_FASTCALL", "1") == "0":
-        return None
     try:
         import torch
         from torch.utils.cpp_extension import load
