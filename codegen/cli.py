@@ -161,6 +161,7 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
     """Lines saying which variant serves the call on arch and why, and where its module is."""
     from .dispatch import Unsupported, variant_for
     from .families import gemm, rmsnorm
+    from .families.rmsnorm_quant import quant_tiers
     from .spec import families, load_family
 
     if op not in families():
@@ -202,12 +203,19 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
         lines.insert(1, "assumed: " + " ".join(f"{k}={json.dumps(x)}" for k, x in
                                                 assumed.items()) + " (give axis=value to pick)")
     if hidden is not None and "dtype" in params and op != gemm.FAMILY:
-        tier = rmsnorm.tier_for(hidden, v["dtype"], get_target(arch).wave_size)
+        wave = get_target(arch).wave_size
+        table = (quant_tiers(v["dtype"], wave, v["residual"])
+                 if op == "rmsnorm_group_quant" else None)
+        tier = rmsnorm.tier_for(hidden, v["dtype"], wave, table)
         if op != "group_quant_fp8":
+            notes = [", two passes over the row"] if tier.two_pass else []
+            if tier.split > 1:
+                notes.append(f", summing as {tier.tpr * tier.split} threads x "
+                             f"{tier.items // tier.split} chunks do; those take grids that fit "
+                             f"on the device at once")
             lines.append(f"row kernel for H={hidden}: {tier.tpr} threads per row, "
                          f"{tier.items} chunks of 8 per thread, {tier.block}-thread blocks"
-                         f"{', two passes over the row' if tier.two_pass else ''} (picked by "
-                         f"the launcher at run time)")
+                         f"{''.join(notes)} (picked by the launcher at run time)")
     lines.append(f"module: {_where(v)}")
     return lines
 

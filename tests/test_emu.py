@@ -247,6 +247,24 @@ def test_emu_rmsnorm_group_quant(arch, case):
                       r0, fp8_dtype, fmax)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_rmsnorm_group_quant_split_rows(arch):
+    """Rows of 2049-4096 elements without a residual: the 256 x 2 kernel where the grid fits on
+    the device at once (one CU), 128 threads x 4 chunks summing as it does where it does not;
+    both bit for bit the unfused kernels composed."""
+    s = on(arch, cus=1)
+    fp8_dtype, fmax = fp8_of(arch)
+    first = len(s.launches())
+    for t in (2, 40):
+        x, w = data(t, 3072, torch.bfloat16), weight(3072, torch.bfloat16)
+        out = ops.rmsnorm_group_quant(x, w, EPS, 128, also_return_unquantized=True)
+        check_fused_quant("emu_rmsnorm_group_quant_y", out, x, w, EPS, 128, "row", False, None,
+                          None, fp8_dtype, fmax)
+    fused = [k.kernel for k in launched(s, first) if "rmsnorm_quant_kernel" in k.kernel]
+    assert len(fused) == 2 and "ILi256ELi2ELb0ELi256ELi1E" in fused[0], fused
+    assert "ILi128ELi4ELb0ELi256ELi2E" in fused[1], fused
+
+
 @pytest.mark.parametrize("g", [64, 128])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_emu_dual_rmsnorm_group_quant(arch, g):

@@ -195,11 +195,12 @@ def test_rmsnorm_group_quant_every_variant(dtype, g, layout, ue8m0, with_residua
     run_fused_quant(x, w, g, layout, ue8m0, with_residual)
 
 
-@pytest.mark.parametrize("h", [128, 1536, 7168, 8192, 16384, 32768])
+@pytest.mark.parametrize("h", [128, 1536, 2176, 3072, 4096, 7168, 8192, 16384, 32768])
 @pytest.mark.parametrize("t", T_ODD)
-def test_rmsnorm_group_quant_shapes(h, t):
+@pytest.mark.parametrize("with_residual", [False, True])
+def test_rmsnorm_group_quant_shapes(h, t, with_residual):
     x, w = data(t, h, torch.bfloat16), weight(h, torch.bfloat16)
-    run_fused_quant(x, w, 128, "col_tma", False, True)
+    run_fused_quant(x, w, 128, "col_tma", False, with_residual)
 
 
 def test_rmsnorm_group_quant_misaligned_input():

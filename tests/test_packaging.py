@@ -117,6 +117,19 @@ def test_explain_says_table_hit_or_heuristic():
                      "offered there"]
 
 
+def test_explain_names_the_row_kernel():
+    from codegen.cli import explain
+
+    rgq = {"dtype": "bf16", "group_size": 128, "ue8m0": False}
+    row = [line for line in explain("sm_90a", "rmsnorm_group_quant", {**rgq, "residual": False},
+                                    hidden=4096) if line.startswith("row kernel")]
+    assert row and "128 threads per row, 4 chunks" in row[0]
+    assert "summing as 256 threads x 2" in row[0]
+    row = [line for line in explain("sm_90a", "rmsnorm_group_quant", {**rgq, "residual": True},
+                                    hidden=4096) if line.startswith("row kernel")]
+    assert row and "256 threads per row, 2 chunks" in row[0] and "summing" not in row[0]
+
+
 # ---- prebuilt kernels: a wheel, or a shared folder, loaded by many processes ----
 
 LOAD = """

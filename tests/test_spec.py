@@ -137,6 +137,29 @@ def test_rmsnorm_tiers_share_threads_per_row():
             assert list(dual) == list(tiers(d, wave)[:len(dual)]) and max_h(d, wave) == 8192
 
 
+def test_split_tiers_sum_as_the_rmsnorm_tiers():
+    """rmsnorm_group_quant's tiers hold some rows in fewer threads that sum as the rmsnorm tier
+    of the same H would (Tier.split): each chunk in the same virtual thread, in the same order."""
+    from codegen.families.rmsnorm import chunk_map, tier_for, tiers
+    from codegen.families.rmsnorm_quant import quant_tiers
+
+    for wave in (32, 64):
+        for d in ("bf16", "fp16"):
+            table = quant_tiers(d, wave)
+            assert any(t.split > 1 for t in table)
+            assert [t.cap for t in table] == [t.cap for t in tiers(d, wave)]
+            assert quant_tiers(d, wave, residual=True) == tiers(d, wave)
+            pairs = {(tier_for(h, d, wave, table), tier_for(h, d, wave))
+                     for h in range(8, 70000, 8)}
+            for t, ref in pairs:
+                if t.split == 1:
+                    assert t == ref
+                    continue
+                assert t.tpr * t.split == ref.tpr and t.items == ref.items * t.split
+                assert t.tpr % wave == 0 and not t.two_pass
+                assert chunk_map(t) == chunk_map(ref), t
+
+
 @pytest.mark.parametrize("arch", ["sm_90a", "gfx942", "gfx1201"])
 def test_rmsnorm_row_pipeline_where_copies_are_asynchronous(arch):
     """Rows go through shared memory only where the copy is asynchronous (cp.async on sm_90a),

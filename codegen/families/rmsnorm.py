@@ -34,6 +34,7 @@ class Tier:
     items: int            # chunks per thread held in registers
     block: int            # threads per block (block / tpr rows per block)
     two_pass: bool = False
+    split: int = 1        # sums as the tier of tpr * split threads, items / split chunks each
 
     @property
     def cap(self) -> int:
@@ -95,11 +96,26 @@ def staging(target, residual: bool) -> tuple[int, Callable[[Tier], bool]]:
     return 3, lambda t: not t.two_pass and t.tpr == MAX_BLOCK
 
 
-def tier_for(h: int, dtype: str, wave: int) -> Tier:
+def tier_for(h: int, dtype: str, wave: int, table: tuple[Tier, ...] | None = None) -> Tier:
     """The tier the launcher picks for rows of h elements (the template's rule, for tests)."""
     chunks = -(-h // CHUNK)
-    table = tiers(dtype, wave)
+    table = table or tiers(dtype, wave)
     return next((t for t in table[:-1] if chunks <= t.cap), table[-1])
+
+
+def chunk_map(t: Tier) -> list[list[int]]:
+    """The chunks of a row each thread sums, in its order: rmsnorm.cuh's Items, as threads of
+    the tier a split tier sums as (thread r's items k items / split ... are thread r + k tpr's)."""
+    paired = t.tpr <= 256 and t.items % 2 == 0
+
+    def chunk(r: int, i: int) -> int:
+        if not paired:
+            return i * t.tpr + r
+        return (r & ~7) * 2 + (r & 7) + i // 2 * 2 * t.tpr + i % 2 * 8
+
+    per = t.items // t.split
+    return [[chunk(r, k * per + i) for i in range(per)]
+            for k in range(t.split) for r in range(t.tpr)]
 
 
 def tier_context(dtype: str, wave: int, tpg: int = 1, table: list[Tier] | None = None,
@@ -108,7 +124,7 @@ def tier_context(dtype: str, wave: int, tpg: int = 1, table: list[Tier] | None =
     staged: the tiers that stream rows through shared memory)."""
     table = table or tiers(dtype, wave)
     assert all(t.tpr % tpg == 0 and t.block % t.tpr == 0 for t in table)
-    rows = [dict(tpr=t.tpr, per_thread=t.items, block=t.block, cap=t.cap,
+    rows = [dict(tpr=t.tpr, per_thread=t.items, block=t.block, cap=t.cap, split=t.split,
                  two_pass=str(t.two_pass).lower(), staged=str(staged(t)).lower())
             for t in table]
     # "block" feeds the manifest's occupancy figure, which is computed from the module's largest

@@ -48,7 +48,12 @@ enum class Src { kCoherent, kReadOnly, kStream };
 // error differs between vendors): same bits on every target; well within the contract's 1 ulp of
 // the output dtype.
 CG_DEVICE float rms_scale(float sum, int h, float eps) {
-  return div_rn(1.0f, sqrt_rn(div_rn(sum, float(h)) + eps));
+  // For H = 2^k, sum * 2^-k is the IEEE quotient (one rounding of the same real): a multiply
+  // in place of a division's dozen instructions.
+  const uint32_t hb = float_to_bits(float(h));
+  const float mean = (hb & 0x7fffffu) == 0 ? sum * bits_to_float((254u << 23) - hb)
+                                           : div_rn(sum, float(h));
+  return div_rn(1.0f, sqrt_rn(mean + eps));
 }
 
 // Eight consecutive elements of a row, as raw words of the dtype.
@@ -142,38 +147,55 @@ struct Chunk {
   }
 };
 
-// rms_scale of a row's sum of squares, s being each thread's part, returned to all TPR threads
-// of the row (threads [k TPR, (k+1) TPR) of the block). The parts are added with an xor
+// rms_scale of a row's sum of squares, s[k] being each thread's part, returned to all TPR
+// threads of the row (threads [k TPR, (k+1) TPR) of the block). The parts are added with an xor
 // butterfly over min(TPR, WAVE) lanes; rows of several waves then add the per-wave sums in wave
-// order through smem. ONCE: the row's first thread alone adds them and computes the scale, which
-// the others read after a second barrier (the divisions and square root once per row instead of
-// once per wave); else every wave does. Both give the same bits. Every thread of the block must
-// call it (it may synchronize the block); smem is not guarded for reuse by the next call
-// (rmsnorm_rows_staged alternates two). tid: threadIdx.x (read once by the kernel); smem:
-// blockDim.x / WAVE floats.
-template <int TPR, int WAVE, bool ONCE>
-CG_DEVICE float row_scale(float s, int tid, float* smem, int h, float eps) {
+// order through smem. SPLIT > 1: thread r stands for threads r + k TPR (k < SPLIT) of a row of
+// TPR * SPLIT threads, s[k] holding the part of each, and the sum is that row's, bit for bit:
+// each part is reduced over the wave on its own (a wave of that row holds the same lanes), then
+// all TPR * SPLIT / WAVE wave sums are added in that row's wave order. ONCE: the row's first
+// thread alone adds them and computes the scale, which the others read after a second barrier
+// (the divisions and square root once per row instead of once per wave); else every wave does.
+// Both give the same bits. Every thread of the block must call it (it may synchronize the
+// block); smem is not guarded for reuse by the next call (rmsnorm_rows_staged alternates two).
+// tid: threadIdx.x (read once by the kernel); smem: SPLIT * blockDim.x / WAVE floats.
+template <int TPR, int WAVE, bool ONCE, int SPLIT>
+CG_DEVICE float row_scale(float (&s)[SPLIT], int tid, float* smem, int h, float eps) {
   constexpr int W = TPR < WAVE ? TPR : WAVE;
+  static_assert(SPLIT == 1 || TPR % WAVE == 0, "a split row holds whole waves");
 #pragma unroll
-  for (int off = W / 2; off > 0; off >>= 1) s += shfl_xor_f32<W>(s, off);
-  if constexpr (TPR > WAVE) {
-    constexpr int NW = TPR / WAVE;  // waves per row
+  for (int off = W / 2; off > 0; off >>= 1) {
+#pragma unroll
+    for (int k = 0; k < SPLIT; ++k) s[k] += shfl_xor_f32<W>(s[k], off);
+  }
+  float sum = s[0];
+  if constexpr (TPR * SPLIT > WAVE) {
+    constexpr int NW = TPR / WAVE, VW = NW * SPLIT;  // waves per row, as held and as summed
     const int wave = tid / WAVE;
-    float* part = smem + wave / NW * NW;
-    if (tid % WAVE == 0) smem[wave] = s;
+    float* part = smem + wave / NW * VW;
+    if (tid % WAVE == 0) {
+#pragma unroll
+      for (int k = 0; k < SPLIT; ++k) part[wave % NW + k * NW] = s[k];
+    }
     __syncthreads();
     if (!ONCE || tid % TPR == 0) {
-      s = part[0];
+      sum = part[0];
 #pragma unroll
-      for (int i = 1; i < NW; ++i) s += part[i];
+      for (int i = 1; i < VW; ++i) sum += part[i];
     }
     if constexpr (ONCE) {
-      if (tid % TPR == 0) part[0] = rms_scale(s, h, eps);
+      if (tid % TPR == 0) part[0] = rms_scale(sum, h, eps);
       __syncthreads();
       return part[0];
     }
   }
-  return rms_scale(s, h, eps);
+  return rms_scale(sum, h, eps);
+}
+
+template <int TPR, int WAVE, bool ONCE>
+CG_DEVICE float row_scale(float s, int tid, float* smem, int h, float eps) {
+  float parts[1] = {s};
+  return row_scale<TPR, WAVE, ONCE, 1>(parts, tid, smem, h, eps);
 }
 
 // Whether rows of ITEMS chunks per thread take row_scale's ONCE. H200, 4096 x 7168, bf16, A/B:
@@ -271,18 +293,21 @@ CG_DEVICE void emit_items(const Chunk<KIND> (&c)[ITEMS], const Weight& weight, i
 //   dtype(x + res), and the row is that rounded sum); w: the weight.
 //   ITEMS: chunks per thread held in registers. TWO_PASS: the row is longer than TPR * ITEMS
 //   chunks: a first pass sums (and writes the residual), a second one reads the row again (from
-//   L2) and writes the output.
+//   L2) and writes the output. SPLIT (one pass only): the row sums as the tier of TPR * SPLIT
+//   threads holding ITEMS / SPLIT chunks each would (row_scale; Items puts the same chunks in
+//   thread r's items k ITEMS / SPLIT ... as in that tier's thread r + k TPR), bit for bit.
 template <int KIND, int TPR, int ITEMS, bool TWO_PASS, int WAVE, bool VECTOR, bool RESIDUAL,
-          class Out>
+          int SPLIT = 1, class Out>
 CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int h, float eps,
                            bool row_ok, int tid, float* smem, const Out& out) {
   using C = Chunk<KIND>;
   using L = Items<TPR, ITEMS>;
+  static_assert(SPLIT == 1 || (!TWO_PASS && ITEMS % SPLIT == 0), "a split row is one pass");
   const int r = int(uint32_t(tid) % TPR);
   const int nchunk = (h + kChunk - 1) / kChunk;
   auto count = [&](int j, bool ok) { return ok ? h - j * kChunk : 0; };
-  float ss = 0.0f;
   if constexpr (!TWO_PASS) {
+    float parts[SPLIT] = {};
     C c[ITEMS], wc[ITEMS], a[RESIDUAL ? ITEMS : 1];
     // This thread's first chunk in each array; item i lies L::offset(i) chunks further.
     const int lane = L::lane(r) * (kChunk * C::BYTES);
@@ -302,12 +327,13 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
       const int j = L::chunk(r, i);
       const bool ok = row_ok && j < nchunk;
       add_residual<KIND, VECTOR, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res, j, count(j, ok), ok);
-      sum_squares(ss, c[i]);
+      sum_squares(parts[i / (ITEMS / SPLIT)], c[i]);
     }
-    const float rstd = row_scale<TPR, WAVE, kScaleOnce<ITEMS>>(ss, tid, smem, h, eps);
+    const float rstd = row_scale<TPR, WAVE, kScaleOnce<ITEMS>>(parts, tid, smem, h, eps);
     emit_items<KIND, TPR, ITEMS>(c, [&](int i, int, bool) { return wc[i]; }, r, 0, nchunk,
                                  row_ok, rstd, out);
   } else {
+    float ss = 0.0f;
     for (int base = 0; base < nchunk; base += TPR * ITEMS) {
       C c[ITEMS], a[RESIDUAL ? ITEMS : 1];
 #pragma unroll
