@@ -262,7 +262,7 @@ def test_emu_rmsnorm_group_quant_split_rows(arch):
                           None, fp8_dtype, fmax)
     fused = [k.kernel for k in launched(s, first) if "rmsnorm_quant_kernel" in k.kernel]
     assert len(fused) == 2 and "ILi256ELi2ELb0ELi256ELi1E" in fused[0], fused
-    assert "ILi128ELi4ELb0ELi256ELi2E" in fused[1], fused
+    assert "ILi128ELi4ELb0ELi128ELi2E" in fused[1], fused
 
 
 @pytest.mark.parametrize("g", [64, 128])
