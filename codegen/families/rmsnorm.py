@@ -105,7 +105,7 @@ def tier_for(h: int, dtype: str, wave: int, table: tuple[Tier, ...] | None = Non
 
 def chunk_map(t: Tier) -> list[list[int]]:
     """The chunks of a row each thread sums, in its order: rmsnorm.cuh's Items, as threads of
-    the tier a split tier sums as (thread r's items k items / split ... are thread r + k tpr's)."""
+    the tier a split tier sums as (item i of thread r is thread r + part(i) tpr's)."""
     paired = t.tpr <= 256 and t.items % 2 == 0
 
     def chunk(r: int, i: int) -> int:
@@ -113,8 +113,10 @@ def chunk_map(t: Tier) -> list[list[int]]:
             return i * t.tpr + r
         return (r & ~7) * 2 + (r & 7) + i // 2 * 2 * t.tpr + i % 2 * 8
 
-    per = t.items // t.split
-    return [[chunk(r, k * per + i) for i in range(per)]
+    def part(i: int) -> int:
+        return (i // 2 if paired else i) % t.split
+
+    return [[chunk(r, i) for i in range(t.items) if part(i) == k]
             for k in range(t.split) for r in range(t.tpr)]
 
 

@@ -37,6 +37,10 @@ struct Items {
     return kPaired ? i / 2 * 2 * TPR + i % 2 * 8 : i * TPR;
   }
   CG_DEVICE static int chunk(int r, int i) { return lane(r) + offset(i); }
+  // The tier of TPR * SPLIT threads and ITEMS / SPLIT items gives item i of thread r to its
+  // thread r + part(i) TPR (rmsnorm_row's SPLIT), in the same item order.
+  template <int SPLIT>
+  CG_DEVICE static constexpr int part(int i) { return (kPaired ? i / 2 : i) % SPLIT; }
 };
 
 // How a chunk is read: kCoherent, data this kernel also writes (the residual); kReadOnly, data
@@ -294,8 +298,7 @@ CG_DEVICE void emit_items(const Chunk<KIND> (&c)[ITEMS], const Weight& weight, i
 //   ITEMS: chunks per thread held in registers. TWO_PASS: the row is longer than TPR * ITEMS
 //   chunks: a first pass sums (and writes the residual), a second one reads the row again (from
 //   L2) and writes the output. SPLIT (one pass only): the row sums as the tier of TPR * SPLIT
-//   threads holding ITEMS / SPLIT chunks each would (row_scale; Items puts the same chunks in
-//   thread r's items k ITEMS / SPLIT ... as in that tier's thread r + k TPR), bit for bit.
+//   threads holding ITEMS / SPLIT chunks each would (row_scale, Items::part), bit for bit.
 template <int KIND, int TPR, int ITEMS, bool TWO_PASS, int WAVE, bool VECTOR, bool RESIDUAL,
           int SPLIT = 1, class Out>
 CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int h, float eps,
@@ -327,7 +330,7 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
       const int j = L::chunk(r, i);
       const bool ok = row_ok && j < nchunk;
       add_residual<KIND, VECTOR, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res, j, count(j, ok), ok);
-      sum_squares(parts[i / (ITEMS / SPLIT)], c[i]);
+      sum_squares(parts[L::template part<SPLIT>(i)], c[i]);
     }
     const float rstd = row_scale<TPR, WAVE, kScaleOnce<ITEMS>>(parts, tid, smem, h, eps);
     emit_items<KIND, TPR, ITEMS>(c, [&](int i, int, bool) { return wc[i]; }, r, 0, nchunk,
