@@ -11,6 +11,7 @@ Prints one table per section and writes all figures as JSON (--json PATH). Two t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -568,13 +569,38 @@ def source_commit() -> str | None:
     return head + ("+changes" if dirty else "")
 
 
+SOURCE_DIRS = ("codegen", "templates")
+
+
+def source_digest(root: str | None = None) -> str:
+    """A hash of the sources a run measured (every file under codegen/ and templates/ but
+    bytecode): it names the tree where git cannot, as in a copy whose git metadata lags its files.
+    `python -m codegen.bench --digest` prints it for a checkout."""
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    h = hashlib.sha256()
+    for top in SOURCE_DIRS:
+        for dirpath, dirs, files in os.walk(os.path.join(root, top)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in sorted(files):
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as f:
+                    data = f.read()
+                h.update(f"{os.path.relpath(path, root)}\0{len(data)}\0".encode() + data)
+    return h.hexdigest()[:12]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--digest", action="store_true",
+                    help="print the sources' hash (a run's `sources_digest`) and exit")
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     ap.add_argument("--json", help="write all figures here")
     ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--gemm-ms", help="the GEMM section at these M only (comma-separated)")
     args = ap.parse_args(argv)
+    if args.digest:
+        print(source_digest())
+        return 0
     if not torch.cuda.is_available():
         print("bench: no GPU visible; nothing to measure", file=sys.stderr)
         return 1
@@ -585,6 +611,7 @@ def main(argv=None) -> int:
            "rotated_past_bytes": 2 * cache_bytes()}   # what each cell's inputs exceed
     if commit := source_commit():
         out["commit"] = commit
+    out["sources_digest"] = source_digest()
     out["copy_gbs"] = copy_bandwidth()
     out["copy_graph_gbs"] = copy_bandwidth_graph()
     out["empty_kernel_us"] = empty_kernel_us()

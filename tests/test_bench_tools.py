@@ -166,3 +166,22 @@ def test_graph_calls_write_rotating_outputs(monkeypatch):
     assert all(a != b for a, b in zip(captured, captured[1:]))
     # a buffer comes back only after every other call's output was held once
     assert all(len(set(captured[i:i + 4])) == 4 for i in range(len(captured) - 3))
+
+
+def test_source_digest_names_the_tree(tmp_path):
+    """A run records a hash of codegen/ and templates/: equal for equal files, bytecode aside,
+    and different for any change of a name or a byte."""
+    from codegen.bench import source_digest
+
+    for top in ("codegen", "templates"):
+        (tmp_path / top / "__pycache__").mkdir(parents=True)
+        (tmp_path / top / "a.txt").write_text("one")
+    first = source_digest(str(tmp_path))
+    (tmp_path / "codegen" / "__pycache__" / "a.pyc").write_bytes(b"\0")
+    (tmp_path / "README.md").write_text("outside")
+    assert source_digest(str(tmp_path)) == first
+    (tmp_path / "templates" / "a.txt").write_text("two")
+    assert source_digest(str(tmp_path)) != first
+    (tmp_path / "templates" / "a.txt").write_text("one")
+    (tmp_path / "templates" / "a.txt").rename(tmp_path / "templates" / "b.txt")
+    assert source_digest(str(tmp_path)) != first
