@@ -251,7 +251,7 @@ def test_emu_rmsnorm_group_quant(arch, case):
 def test_emu_rmsnorm_group_quant_split_rows(arch):
     """Rows of 2049-4096 elements without a residual: the 256 x 2 kernel where the grid fits on
     the device at once (one CU), 128 threads x 4 chunks summing as it does where it does not;
-    both bit for bit the unfused kernels composed."""
+    both bit for bit the unfused kernels composed, and the dual kernel's q."""
     s = on(arch, cus=1)
     fp8_dtype, fmax = fp8_of(arch)
     first = len(s.launches())
@@ -263,6 +263,11 @@ def test_emu_rmsnorm_group_quant_split_rows(arch):
     fused = [k.kernel for k in launched(s, first) if "rmsnorm_quant_kernel" in k.kernel]
     assert len(fused) == 2 and "ILi256ELi2ELb0ELi256ELi1E" in fused[0], fused
     assert "ILi128ELi4ELb0ELi128ELi2E" in fused[1], fused
+    # the dual kernel's q rows, in the 256 x 2 layout, match the split rows' bytes
+    kv, kvw = data(40, 512, torch.bfloat16), weight(512, torch.bfloat16)
+    q8, qs, _ = ops.dual_rmsnorm_group_quant(x, w, kv, kvw, EPS, 128)
+    assert_same(q8, out[0], "dual q vs split rows")
+    assert_same(qs, out[1], "dual scales vs split rows")
 
 
 @pytest.mark.parametrize("g", [64, 128])

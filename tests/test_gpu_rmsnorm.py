@@ -242,7 +242,8 @@ def test_dual_matches_separate_ops(dtype, g, layout, ue8m0):
     check_ulps("dual_kv", kvn, rkv)
 
 
-@pytest.mark.parametrize("hq,hkv", [(1536, 512), (128, 8192), (7168, 64), (8192, 1536)])
+@pytest.mark.parametrize("hq,hkv", [(1536, 512), (128, 8192), (3072, 512), (7168, 64),
+                                    (8192, 1536)])
 @pytest.mark.parametrize("t", T_ODD)
 def test_dual_shapes(hq, hkv, t):
     q, kv = data(t, hq, torch.bfloat16), data(t, hkv, torch.bfloat16)
