@@ -557,9 +557,12 @@ def jit_section() -> dict:
     return r
 
 
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # holds codegen/
+
+
 def source_commit() -> str | None:
     """The checkout's commit (with "+changes" where tracked files differ from it), if a git one."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = CHECKOUT
     try:
         head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], check=True,
                               capture_output=True, text=True).stdout.strip()
@@ -576,7 +579,7 @@ def source_digest(root: str | None = None) -> str:
     """A hash of the sources a run measured (every file under codegen/ and templates/ but
     bytecode): it names the tree where git cannot, as in a copy whose git metadata lags its files.
     `python -m codegen.bench --digest` prints it for a checkout."""
-    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = root or CHECKOUT
     h = hashlib.sha256()
     for top in SOURCE_DIRS:
         for dirpath, dirs, files in os.walk(os.path.join(root, top)):
