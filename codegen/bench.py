@@ -562,11 +562,10 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # holds 
 
 def source_commit() -> str | None:
     """The checkout's commit (with "+changes" where tracked files differ from it), if a git one."""
-    root = CHECKOUT
     try:
-        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], check=True,
+        head = subprocess.run(["git", "-C", CHECKOUT, "rev-parse", "--short", "HEAD"], check=True,
                               capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", root, "diff", "--quiet", "HEAD", "--"]).returncode
+        dirty = subprocess.run(["git", "-C", CHECKOUT, "diff", "--quiet", "HEAD", "--"]).returncode
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+changes" if dirty else "")

@@ -35,14 +35,10 @@ def validate(v: Variant) -> str | None:
 def quant_tiers(dtype: str, wave: int, residual: bool = False) -> tuple[Tier, ...]:
     """The RMSNorm tiers, but without a residual, rows of 256 threads x 2 chunks (H 2049-4096)
     held by 128 threads x 4 chunks that sum as those 256 do (Tier.split), a row per block: the
-    same bits, and the per-row work (the reductions, the divisions and square root, addresses)
-    spread over twice the values. Grids larger than fit at once are bound by this kernel's
-    instruction issue (H200, graph us, 256 x 2 -> 128 x 4 split: 4096 x 4096 16.2 -> 14.8,
-    16384 x 4096 57.3 -> 51.7, 4096 x 3072 13.4 -> 12.2; in blocks of two rows 15.4, 52.7,
-    13.4); grids that fit take the 256 x 2 kernel still (the launcher), whose rows finish sooner
-    (16 x 4096 1.40 against 1.91, 256 x 4096 2.20 against 2.44). With a residual the 4 chunks'
-    registers cost more than they save (4096 x 4096 29.8 -> 30.4), as they do rmsnorm and
-    fused_add_rmsnorm, lighter per value (17.3 -> 17.8, 34.1 -> 36.0)."""
+    same bits, with the per-row work (reductions, divisions, square root, addresses) spread over
+    twice the values, which pays where the grid is bound by instruction issue. Grids that fit at
+    once keep the 256 x 2 kernel (the launcher), and so do rows with a residual, whose 4 chunks'
+    registers cost more than they save (figures: docs/performance-history.md, session 28)."""
     return tuple(Tier(128, 4, 128, split=2)
                  if not residual and (t.tpr, t.items, t.two_pass) == (256, 2, False) else t
                  for t in tiers(dtype, wave))
