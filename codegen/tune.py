@@ -42,6 +42,9 @@ def candidates(arch: str) -> list[dict]:
     c = fam.config
     cands = [c("mma", bm, bn, split_k=sk) for bm in (8, 16, 32, 64) for bn in (16, 32, 64)
              for sk in (1, 4, 8, 16)]
+    # decode: a tile's K blocks split over a cluster of blocks too (short, many blocks)
+    cands += [c("mma", bm, bn, split_k=sk, cluster=cl) for bm in (8, 16) for bn in (16, 32, 64)
+              for sk in (4, 8, 16) for cl in (2, 4, 8)]
     cands += [c("gemv", bm, bn, split_k=sk) for bm in (1, 2, 4) for bn in (1, 2, 4, 8)
               for sk in (1, 2, 4, 8)]
     cands += [c("lds", bm, bn, stages=2, atom=a, wave_tile=w) for bm in (32, 64, 128)

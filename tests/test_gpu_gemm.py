@@ -109,6 +109,36 @@ def test_gemv_kernel():
             check(ops.gemm.gemm_with_config(a, sa, b, sb, cfg), a, sa, b, sb)
 
 
+def test_mma_cluster_kernel():
+    """sm_90a's mma kernel with a tile's K blocks split over a cluster of blocks, in every config
+    the tuner may pick: tails in M, N and K, fewer K blocks than waves, more than one pass over
+    them. Two calls and a graph replay agree to the bit (a fixed order of summation)."""
+    from codegen.tune import candidates, compile_all
+
+    if device_arch(torch.device("cuda")) != "sm_90a":
+        pytest.skip("clusters are sm_90a's")
+    cfgs = [c for c in candidates("sm_90a") if c["kernel"] == "mma" and c["cluster"] > 1]
+    assert cfgs
+    compile_all("sm_90a", cfgs)
+    for m, n, k in [(1, 576, 3888), (1, 4096, 7168), (5, 2050, 7168), (16, 100, 256),
+                    (3, 7168, 16384), (9, 300, 144)]:
+        a, sa, b, sb = make(m, n, k)
+        for cfg in cfgs:
+            poisoned_alloc(m, n)
+            one = ops.gemm.gemm_with_config(a, sa, b, sb, cfg)
+            check(one, a, sa, b, sb)
+            assert torch.equal(ops.gemm.gemm_with_config(a, sa, b, sb, cfg), one), cfg
+    cfg = cfgs[0]
+    a, sa, b, sb = make(1, 2112, 7168)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        replayed = ops.gemm.gemm_with_config(a, sa, b, sb, cfg)
+    poison_(replayed)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(replayed, ops.gemm.gemm_with_config(a, sa, b, sb, cfg))
+
+
 def test_tma_kernel():
     """sm_90a's persistent TMA kernel in every tile the tuner may pick: tails in M, N and K,
     output rows that are not 16-byte aligned (N % 8 != 0: stored from registers), more tiles

@@ -4,7 +4,9 @@ Three kernels share one launcher signature:
 - "mma" (templates/gemm_a8w8_blockscale_mma.cu.j2), every FP8 target: one wave computes a
   block_m x block_n tile from fragments it loads itself (codegen/matrix.py names the matrix
   instruction per target); split_k waves of a block take interleaved 128-wide K blocks and are
-  summed through LDS. It is the small-M kernel everywhere, and the whole GEMM on AMD for now.
+  summed through LDS. On sm_90a a tile may also be a cluster of `cluster` blocks splitting its
+  K blocks, summed in rank order through distributed shared memory (narrow N at small M fills
+  the SMs). It is the small-M kernel everywhere, and the whole GEMM on AMD for now.
 - "lds" (gemm_a8w8_blockscale_lds.cu.j2), every FP8 target: the large-M form of "mma". A
   block of (block_m / 32) x (block_n / 32) waves, 32 x 32 each, stages each 128-wide K block of
   its A and B rows in LDS (two buffers) and every wave reads its fragments from there.
@@ -194,8 +196,9 @@ def register_budget(v: Variant) -> int:
 
 def validate(v: Variant) -> str | None:
     t, bm, bn = v.target, v["block_m"], v["block_n"]
-    if v["cluster"] != 1 and v["kernel"] != "tma":
-        return f"cluster={v['cluster']} is a tma-kernel option (TMA multicast, sm_90a)"
+    if v["cluster"] != 1 and (v["kernel"] not in ("tma", "mma") or t.arch != "sm_90a"):
+        return (f"cluster={v['cluster']} is an sm_90a option of the tma kernel (TMA multicast) "
+                f"and the mma kernel (split K), not of {v['kernel']} on {t.arch}")
     if v["kernel"] in ("wgmma", "tma"):
         kernel = v["kernel"]
         if t.arch != "sm_90a":
@@ -205,6 +208,8 @@ def validate(v: Variant) -> str | None:
         if bm not in heights or bn not in widths:
             return (f"{kernel} tiles are {', '.join(map(str, heights[:-1]))} or {heights[-1]} in M "
                     f"and {widths} in N, not {bm}x{bn}")
+        if v["cluster"] not in (1, 2):
+            return f"tma cluster={v['cluster']} is not 1 or 2"
         if bm == 256 and v["cluster"] != 1:
             return "tma tiles of 256 rows are built without clusters"
         if bm == 256 and bn > 128:   # two waves' results and a partial-sum set: 3 x bn / 2 registers
@@ -234,6 +239,8 @@ def validate(v: Variant) -> str | None:
     if rows % atom.rows or cols % atom.cols:
         return (f"tile {bm}x{bn} does not split into {atom.rows}x{atom.cols} instructions "
                 f"({'B' if swapped(v) else 'A'} rows on the instruction's M)")
+    if v["cluster"] not in (1, 2, 4, 8):
+        return f"mma cluster={v['cluster']} is not 1, 2, 4 or 8 (blocks per tile, portable size)"
     if v["split_k"] * atom.wave > 1024:
         return f"split_k={v['split_k']} waves of {atom.wave} exceed 1024 threads"
     # nvcc hoists the next K block's loads even without PREFETCH: count them there
@@ -298,7 +305,7 @@ def context(v: Variant) -> dict:
         return dict(ctx, atom=atom, wm=wm, wn=wn, pad=LDS_PAD)
     fr, fc = mma_frags(v, atom)
     return dict(ctx, atom=atom, fr=fr, fc=fc, split_k=v["split_k"], swap=swapped(v),
-                prefetch=mma_prefetch(v, atom))
+                prefetch=mma_prefetch(v, atom), cluster=v["cluster"])
 
 
 # ---- configs and dispatch -----------------------------------------------------------------

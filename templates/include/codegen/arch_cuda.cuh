@@ -197,6 +197,20 @@ CG_DEVICE void pdl_begin() {
   asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// Every thread of the thread-block cluster (not .aligned: lanes may arrive apart); shared memory
+// written before it is visible to the cluster's other blocks after it (sm_90).
+CG_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+// The float at p's offset in the shared memory of block `rank` of this cluster (sm_90).
+CG_DEVICE float load_cluster_f32(const float* p, int rank) {
+  const uint32_t local = uint32_t(__cvta_generic_to_shared(p));
+  uint32_t remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
 template <typename... Params, typename... Args>
 static cudaError_t launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                           cudaStream_t stream, Args&&... args) {
