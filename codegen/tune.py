@@ -27,7 +27,7 @@ from .families import gemm as fam
 from .spec import make_variant, validate
 from .targets import get_target, native_arch
 
-MS = [1, 2, 4, 8, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+MS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
 NEAR, FINALISTS = 1.05, 4   # a cell's configs timed again, in turn: within 5% of the fastest
 
 
