@@ -1,4 +1,4 @@
-"""L1 + L2 for sm_90a: the Hopper GEMM kernels compile to the instructions their design rests on,
+"""L1 + L2 for sm_90a: the Hopper and decode GEMM kernels compile to the instructions their design rests on,
 with no spills (needs nvcc, and cuobjdump from CUDA or Triton's package; skipped without them)."""
 import os
 import re
@@ -149,3 +149,27 @@ def test_hopper_gemm_sass(i):
             assert max(int(r) for r in re.findall(r"\bR(\d+)\b", code)) >= 168
     else:
         assert "LDGSTS" in code and "UTMALDG" not in code
+
+
+def _decode_configs() -> list[dict]:
+    """The table's clustered mma tiles and gemv configs, and a 4-block cluster."""
+    table = list(fam.table("sm_90a").values())
+    cfgs = [c for c in table if (c["kernel"] == "mma" and c["cluster"] > 1) or c["kernel"] == "gemv"]
+    cfgs.append(fam.config("mma", 8, 16, split_k=4, cluster=4))
+    return list({tuple(c.items()): c for c in cfgs}.values())
+
+
+@pytest.mark.parametrize("cfg", _decode_configs(), ids=lambda c: (
+    "{kernel}{block_m}x{block_n}sk{split_k}c{cluster}".format(**c)))
+def test_decode_gemm_sass(cfg):
+    """Clustered mma tiles sum through distributed shared memory between cluster barriers; the
+    gemv kernel starts its weights into L2 before it waits for the grid before; no spills."""
+    code, ptxas = _compile_in(cfg)
+    assert re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", ptxas) == [("0", "0")]
+    assert_waits_before_memory(code)
+    if cfg["kernel"] == "mma":
+        assert code.count("UCGABAR_WAIT") >= 2, "no cluster barrier before and after the sum"
+        assert "LD.E" in code, "no load of the other blocks' shared memory"
+    else:
+        assert "UBLKPF" in code and code.index("UBLKPF") < code.index("ACQBULK"), \
+            "no L2 prefetch of the weights before griddepcontrol.wait"
