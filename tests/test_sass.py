@@ -1,5 +1,6 @@
-"""L1 + L2 for sm_90a: the Hopper and decode GEMM kernels compile to the instructions their design rests on,
-with no spills (needs nvcc, and cuobjdump from CUDA or Triton's package; skipped without them)."""
+"""L1 + L2 for sm_90a: the Hopper and decode GEMM kernels compile to the instructions their
+design rests on, with no spills (needs nvcc, and cuobjdump from CUDA or Triton's package; skipped
+without them)."""
 import os
 import re
 import shutil
