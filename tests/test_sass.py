@@ -155,7 +155,8 @@ def test_hopper_gemm_sass(i):
 def _decode_configs() -> list[dict]:
     """The table's clustered mma tiles and gemv configs, and a 4-block cluster."""
     table = list(fam.table("sm_90a").values())
-    cfgs = [c for c in table if (c["kernel"] == "mma" and c["cluster"] > 1) or c["kernel"] == "gemv"]
+    cfgs = [c for c in table
+            if (c["kernel"] == "mma" and c["cluster"] > 1) or c["kernel"] == "gemv"]
     cfgs.append(fam.config("mma", 8, 16, split_k=4, cluster=4))
     return list({tuple(c.items()): c for c in cfgs}.values())
 
