@@ -112,6 +112,14 @@ def best_first(cands: list[dict], est: dict[int, tuple], m: int, n: int, k: int,
     return ranked + [i for i in range(len(cands)) if i not in est]
 
 
+def incumbent(arch: str, m: int, n: int, k: int, cands: list[dict]) -> dict | None:
+    """What dispatch picks for the cell now (its table entry, else the M-only heuristic) where
+    the candidates lack it (--kernels): timed in the same run, so that a restricted run replaces
+    it only with something faster."""
+    now = fam.pick(arch, m, n, k)
+    return None if now in cands else now
+
+
 def plausible(cfg: dict, m: int) -> bool:
     """Skip configs that cannot win: tiny tiles at large M, block tiles at tiny M."""
     if cfg["kernel"] == "gemv":   # one pass over B per block_m rows of A
@@ -208,11 +216,9 @@ def main(argv=None) -> int:
                     print(f"M={m} N={n} K={k}: {cfg} is wrong; left out", file=sys.stderr)
                     continue
                 timed.append((graph_time(cfg), cfg, rank))
-            # the entry this cell has now, timed in the same run, where the candidates lack it
-            # (--kernels): a restricted run replaces it only with something faster
-            incumbent = fam.table(arch).get((fam.m_bucket(m), n, k))
-            if incumbent and incumbent not in cands:
-                timed.append((graph_time(incumbent), incumbent, -1))
+            held = incumbent(arch, m, n, k, cands)
+            if held:
+                timed.append((graph_time(held), held, -1))
             # the near-equal ones timed in turn (graphs_us), so that a clock or power drift over
             # the sweep does not pick among them
             near = finalists(timed)

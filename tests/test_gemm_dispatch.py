@@ -143,3 +143,15 @@ def test_tuner_times_again_only_the_near_equal_configs():
     assert [c for _, c, _ in finalists(sweep)] == ["a", "b", "c"]
     many = [(10.0 + i / 100, str(i), i) for i in range(FINALISTS + 3)]
     assert len(finalists(many)) == FINALISTS and finalists([]) == []
+
+
+def test_restricted_tuner_run_times_what_dispatch_picks_now():
+    """A --kernels run also times the cell's current pick, a table entry or, for an M bucket the
+    table lacks, the heuristic: a mma-only run cannot replace a wgmma cell with a slower mma."""
+    from codegen.tune import candidates, incumbent
+
+    mma = [c for c in candidates("sm_90a") if c["kernel"] == "mma"]
+    entry = fam.table("sm_90a")[(4096, 4096, 7168)]
+    assert entry["kernel"] == "tma" and incumbent("sm_90a", 4096, 4096, 7168, mma) == entry
+    assert incumbent("sm_90a", 4096, 4096, 7168, candidates("sm_90a")) is None
+    assert incumbent("sm_90a", 32, 1000, 3000, mma) == fam.heuristic("sm_90a", 32)
