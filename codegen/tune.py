@@ -40,11 +40,12 @@ def finalists(timed: list[tuple]) -> list[tuple]:
 
 def candidates(arch: str) -> list[dict]:
     c = fam.config
-    cands = [c("mma", bm, bn, split_k=sk) for bm in (8, 16, 32, 64) for bn in (16, 32, 64)
-             for sk in (1, 4, 8, 16)]
+    # one or two K blocks of fragments in registers (stages); the second where it fits
+    cands = [c("mma", bm, bn, split_k=sk, stages=s) for bm in (8, 16, 32, 64)
+             for bn in (16, 32, 64) for sk in (1, 4, 8, 16) for s in (1, 2)]
     # decode: a tile's K blocks split over a cluster of blocks too (short, many blocks)
-    cands += [c("mma", bm, bn, split_k=sk, cluster=cl) for bm in (8, 16) for bn in (16, 32, 64)
-              for sk in (4, 8, 16) for cl in (2, 4, 8)]
+    cands += [c("mma", bm, bn, split_k=sk, stages=s, cluster=cl) for bm in (8, 16)
+              for bn in (16, 32, 64) for sk in (4, 8, 16) for s in (1, 2) for cl in (2, 4, 8)]
     cands += [c("gemv", bm, bn, split_k=sk) for bm in (1, 2, 4) for bn in (1, 2, 4, 8)
               for sk in (1, 2, 4, 8)]
     cands += [c("lds", bm, bn, stages=2, atom=a, wave_tile=w) for bm in (32, 64, 128)

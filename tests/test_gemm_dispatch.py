@@ -66,7 +66,8 @@ def test_table_entries_are_used_and_valid():
     ("gfx942", dict(kernel="lds", block_m=128, block_n=64, stages=2, cluster=2), "multicast"),
     ("gfx942", dict(kernel="mma", block_m=8, block_n=16), "16x16"),
     ("gfx1201", dict(kernel="mma", block_m=64, block_n=64), "registers"),
-    ("gfx942", dict(kernel="mma", block_m=16, block_n=16, stages=4), "stages=1"),
+    ("gfx942", dict(kernel="mma", block_m=16, block_n=16, stages=4), "1 or 2 K blocks"),
+    ("sm_90a", dict(kernel="mma", block_m=8, block_n=64, split_k=4, stages=2), "stages=2"),
     ("gfx942", dict(kernel="lds", block_m=16, block_n=64, stages=2), "multiples of 32"),
     ("gfx942", dict(kernel="lds", block_m=64, block_n=64, stages=1), "stages=2"),
     ("gfx1201", dict(kernel="lds", block_m=128, block_n=128, stages=2), "LDS exceed 65536"),
@@ -81,6 +82,24 @@ def test_table_entries_are_used_and_valid():
 ])
 def test_validation_rejects_before_compiling(arch, cfg, why):
     assert why in (validate(variant(arch, **cfg)) or "")
+
+
+@pytest.mark.parametrize("arch, cfg, bound", [
+    ("sm_90a", dict(block_m=8, block_n=16, split_k=16), "(SPLIT_K * WAVE, 2)"),
+    ("sm_90a", dict(block_m=8, block_n=16, split_k=4), "(SPLIT_K * WAVE, 8)"),
+    ("sm_90a", dict(block_m=8, block_n=16, split_k=16, stages=2), "(SPLIT_K * WAVE)"),
+    ("sm_90a", dict(block_m=8, block_n=32, split_k=16), "(SPLIT_K * WAVE)"),
+    ("gfx942", dict(block_m=16, block_n=16, split_k=4), "(SPLIT_K * WAVE)"),
+])
+def test_mma_register_bound(arch, cfg, bound):
+    """sm_90a mma tiles with one K block in registers whose fragments fit 64 registers ask for
+    as many blocks as 64 registers a thread allow; the rest leave the count to the compiler
+    (AMD always)."""
+    from codegen.render import render
+    v = variant(arch, kernel="mma", **cfg)
+    assert validate(v) is None
+    assert f"__launch_bounds__{bound} gemm_kernel(" in render(v)
+    assert ("PREFETCH = true;" in render(v)) == (cfg.get("stages") == 2)
 
 
 @pytest.mark.parametrize("arch", FP8_ARCHS)

@@ -153,25 +153,30 @@ def test_hopper_gemm_sass(i):
 
 
 def _decode_configs() -> list[dict]:
-    """The table's clustered mma tiles and gemv configs, and a 4-block cluster."""
+    """The table's mma and gemv configs, a 4-block cluster, and 8 x 16 tiles with one K block
+    in registers (bounded to 64 registers)."""
     table = list(fam.table("sm_90a").values())
-    cfgs = [c for c in table
-            if (c["kernel"] == "mma" and c["cluster"] > 1) or c["kernel"] == "gemv"]
-    cfgs.append(fam.config("mma", 8, 16, split_k=4, cluster=4))
+    cfgs = [c for c in table if c["kernel"] in ("mma", "gemv")]
+    cfgs += [fam.config("mma", 8, 16, split_k=4, cluster=4),
+             fam.config("mma", 8, 16, split_k=16), fam.config("mma", 8, 16, split_k=8, cluster=8)]
     return list({tuple(c.items()): c for c in cfgs}.values())
 
 
 @pytest.mark.parametrize("cfg", _decode_configs(), ids=lambda c: (
-    "{kernel}{block_m}x{block_n}sk{split_k}c{cluster}".format(**c)))
+    "{kernel}{block_m}x{block_n}sk{split_k}s{stages}c{cluster}".format(**c)))
 def test_decode_gemm_sass(cfg):
-    """Clustered mma tiles sum through distributed shared memory between cluster barriers; the
-    gemv kernel starts its weights into L2 before it waits for the grid before; no spills."""
+    """Clustered mma tiles sum through distributed shared memory between cluster barriers;
+    register-bounded ones fit 64; the gemv kernel starts its weights into L2 before it waits for
+    the grid before; no spills."""
     code, ptxas = _compile_in(cfg)
     assert re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", ptxas) == [("0", "0")]
     assert_waits_before_memory(code)
-    if cfg["kernel"] == "mma":
+    if cfg["kernel"] == "mma" and fam.mma_min_blocks(_gemm_variant(cfg), fam.atom_for(
+            "sm_90a", "mma", "")):
+        assert int(re.search(r"Used (\d+) registers", ptxas).group(1)) <= 64
+    if cfg["kernel"] == "mma" and cfg["cluster"] > 1:
         assert code.count("UCGABAR_WAIT") >= 2, "no cluster barrier before and after the sum"
         assert "LD.E" in code, "no load of the other blocks' shared memory"
-    else:
+    if cfg["kernel"] == "gemv":
         assert "UBLKPF" in code and code.index("UBLKPF") < code.index("ACQBULK"), \
             "no L2 prefetch of the weights before griddepcontrol.wait"

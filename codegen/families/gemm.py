@@ -4,7 +4,7 @@ Three kernels share one launcher signature:
 - "mma" (templates/gemm_a8w8_blockscale_mma.cu.j2), every FP8 target: one wave computes a
   block_m x block_n tile from fragments it loads itself (codegen/matrix.py names the matrix
   instruction per target); split_k waves of a block take interleaved 128-wide K blocks and are
-  summed through LDS. On sm_90a a tile may also be a cluster of `cluster` blocks splitting its
+  summed through LDS; stages (1 or 2) K blocks of a wave's fragments are in registers at once. On sm_90a a tile may also be a cluster of `cluster` blocks splitting its
   K blocks, summed in rank order through distributed shared memory (narrow N at small M fills
   the SMs). It is the small-M kernel everywhere, and the whole GEMM on AMD for now.
 - "lds" (gemm_a8w8_blockscale_lds.cu.j2), every FP8 target: the large-M form of "mma". A
@@ -79,9 +79,20 @@ def mma_registers(v: Variant, atom: Atom, prefetch: bool, scales: bool) -> int:
     return 2 * fr * fc * len(atom.c) + frags * (2 if prefetch else 1) + 32
 
 
-def mma_prefetch(v: Variant, atom: Atom) -> bool:
-    """Hold the next K block's fragments too, where registers allow (more bytes in flight)."""
+def mma_prefetch_fits(v: Variant, atom: Atom) -> bool:
+    """Whether the next K block's fragments fit in registers too (stages=2)."""
     return mma_registers(v, atom, prefetch=True, scales=True) <= register_budget(v) * 3 // 4
+
+
+def mma_min_blocks(v: Variant, atom: Atom) -> int:
+    """sm_90a, one K block in registers: the blocks per SM __launch_bounds__ asks for where a
+    tile's fragments fit in 64 registers (8 x 16 tiles: 64 without spills where nvcc would take
+    80 and, at 512 threads, halve the blocks: 1 x 4096 x 7168 9.4 against 12.6 us); 0: none."""
+    if v.target.vendor != "nvidia" or v["stages"] != 1:
+        return 0
+    if mma_registers(v, atom, prefetch=False, scales=False) > 64:
+        return 0
+    return v.target.regs_per_simd // (block_threads(v) * 64)
 
 
 def mma_reduce_bytes(v: Variant, atom: Atom) -> int:
@@ -233,8 +244,9 @@ def validate(v: Variant) -> str | None:
         return f"no FP8 matrix instruction known for {t.arch}"
     if v["kernel"] == "lds":
         return validate_lds(v, atom)
-    if v["stages"] != 1:
-        return "kernel=mma has no shared-memory pipeline (stages=1)"
+    if v["stages"] not in (1, 2):
+        return (f"kernel=mma holds 1 or 2 K blocks of fragments in registers (stages), "
+                f"not {v['stages']}")
     rows, cols = (bn, bm) if swapped(v) else (bm, bn)
     if rows % atom.rows or cols % atom.cols:
         return (f"tile {bm}x{bn} does not split into {atom.rows}x{atom.cols} instructions "
@@ -245,9 +257,13 @@ def validate(v: Variant) -> str | None:
         return f"split_k={v['split_k']} waves of {atom.wave} exceed 1024 threads"
     # nvcc hoists the next K block's loads even without PREFETCH: count them there
     hoisted = t.vendor == "nvidia"
-    regs = mma_registers(v, atom, prefetch=hoisted, scales=hoisted and mma_prefetch(v, atom))
+    regs = mma_registers(v, atom, prefetch=hoisted, scales=hoisted and v["stages"] == 2)
     if regs > register_budget(v):
         return f"about {regs} registers per lane, over the budget of {register_budget(v)}"
+    if v["stages"] == 2 and not mma_prefetch_fits(v, atom):
+        return (f"stages=2 (two K blocks of fragments) takes about "
+                f"{mma_registers(v, atom, prefetch=True, scales=True)} registers per lane, over "
+                f"3/4 of the budget of {register_budget(v)}")
     if mma_reduce_bytes(v, atom) > t.lds_bytes:
         return f"{mma_reduce_bytes(v, atom)} bytes of LDS for the split-K sum exceed {t.lds_bytes}"
     return None
@@ -305,7 +321,8 @@ def context(v: Variant) -> dict:
         return dict(ctx, atom=atom, wm=wm, wn=wn, pad=LDS_PAD)
     fr, fc = mma_frags(v, atom)
     return dict(ctx, atom=atom, fr=fr, fc=fc, split_k=v["split_k"], swap=swapped(v),
-                prefetch=mma_prefetch(v, atom), cluster=v["cluster"])
+                prefetch=v["stages"] == 2, min_blocks=mma_min_blocks(v, atom),
+                cluster=v["cluster"])
 
 
 # ---- configs and dispatch -----------------------------------------------------------------
@@ -316,20 +333,28 @@ def config(kernel: str, block_m: int, block_n: int, split_k: int = 1, stages: in
                 split_k=split_k, stages=stages, atom=atom, wave_tile=wave_tile, cluster=cluster)
 
 
+def mma_config(arch: str, block_m: int, block_n: int, split_k: int = 1, cluster: int = 1) -> dict:
+    """An mma config holding the next K block's fragments too where they fit (stages=2)."""
+    two = config("mma", block_m, block_n, split_k=split_k, stages=2, cluster=cluster)
+    fp8 = get_target(arch).fp8_formats[0].token
+    return two if validate(make_variant(FAMILY, arch, fp8=fp8, **two)) is None else \
+        {**two, "stages": 1}
+
+
 def heuristic(arch: str, m: int) -> dict:
     """The config for a shape no table entry covers: by M only, valid for any N and K."""
     if m == 1:   # decode: stream the weights with every wave, no matrix instructions
         return config("gemv", 1, 4 if arch == "sm_90a" else 2, split_k=4)
     if arch == "sm_90a":
         if m <= 8:
-            return config("mma", 8, 32, split_k=8)
+            return mma_config(arch, 8, 32, split_k=8)
         if m <= 16:
-            return config("mma", 16, 32, split_k=8)
+            return mma_config(arch, 16, 32, split_k=8)
         if m <= 128:
             return config("wgmma", 64, 64, stages=6)
         return config("tma", 128, 128, stages=5)
     if m <= 16:
-        return config("mma", 16, 16, split_k=8)
+        return mma_config(arch, 16, 16, split_k=8)
     # AMD, larger M: the LDS-staged kernel, 8 waves of 32 x 32 (its speed is not measured yet:
     # no AMD GPU here; the tile is the largest whose two buffers fit 64 KiB of LDS)
     return config("lds", 128, 64, stages=2)
