@@ -171,7 +171,8 @@ def _span(values, fmt="{:.0%}") -> str:
     if not values:
         return "n/a"
     lo, hi = min(values), max(values)
-    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}-{fmt.format(hi)}"
+    sep = " to " if lo < 0 else "-"   # host overheads can read below the bare launch
+    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}{sep}{fmt.format(hi)}"
 
 
 def _peer_span(rows: list[dict], x: str) -> str:

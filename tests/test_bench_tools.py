@@ -35,6 +35,11 @@ def test_report_shows_the_same_size_copy_where_timed():
     assert "(85% of a same-size copy)" in bench_report.summary(run)
 
 
+def test_a_range_below_zero_reads_as_one():
+    assert bench_report._span([0.05, 0.9]) == "5%-90%"
+    assert bench_report._span([-1.3, 3.3], "{:.1f}") == "-1.3 to 3.3"
+
+
 def test_report_has_no_peer_column_without_peer_figures():
     run = _run()
     del run["rmsnorm_quant"][0]["aiter_graph_us"], run["rmsnorm_quant"][0]["vs_aiter"]
