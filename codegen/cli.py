@@ -216,6 +216,12 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
             lines.append(f"row kernel for H={hidden}: {tier.tpr} threads per row, "
                          f"{tier.items} chunks of 8 per thread, {tier.block}-thread blocks"
                          f"{''.join(notes)} (picked by the launcher at run time)")
+    if op == gemm.FAMILY and v["kernel"] == "mma":
+        bound = gemm.mma_min_blocks(v, gemm.atom_for(arch, "mma", ""))
+        lines.append(f"mma waves hold {'two K blocks' if v['stages'] == 2 else 'one K block'} "
+                     f"of fragments in registers" + (
+                         f"; {bound} blocks an SM asked of the compiler (64 registers a lane)"
+                         if bound else ""))
     lines.append(f"module: {_where(v)}")
     return lines
 

@@ -117,6 +117,18 @@ def test_explain_says_table_hit_or_heuristic():
                      "offered there"]
 
 
+def test_explain_says_what_an_mma_wave_holds():
+    from codegen.cli import explain
+    from codegen.families import gemm
+
+    lines = explain("sm_90a", gemm.FAMILY, {}, 1, 4096, 7168)
+    assert gemm.table("sm_90a")[(1, 4096, 7168)] == gemm.config("mma", 8, 16, split_k=16)
+    assert "mma waves hold one K block of fragments in registers; 2 blocks an SM asked of the " \
+           "compiler (64 registers a lane)" in lines
+    lines = explain("gfx942", gemm.FAMILY, {}, 2, 576, 7168)
+    assert "mma waves hold two K blocks of fragments in registers" in lines
+
+
 def test_explain_names_the_row_kernel():
     from codegen.cli import explain
 
