@@ -4,9 +4,10 @@ Three kernels share one launcher signature:
 - "mma" (templates/gemm_a8w8_blockscale_mma.cu.j2), every FP8 target: one wave computes a
   block_m x block_n tile from fragments it loads itself (codegen/matrix.py names the matrix
   instruction per target); split_k waves of a block take interleaved 128-wide K blocks and are
-  summed through LDS; stages (1 or 2) K blocks of a wave's fragments are in registers at once. On sm_90a a tile may also be a cluster of `cluster` blocks splitting its
-  K blocks, summed in rank order through distributed shared memory (narrow N at small M fills
-  the SMs). It is the small-M kernel everywhere, and the whole GEMM on AMD for now.
+  summed through LDS; a wave holds `stages` (1 or 2) K blocks of fragments in registers. On
+  sm_90a a tile may also be a cluster of `cluster` blocks splitting its K blocks, summed in rank
+  order through distributed shared memory (narrow N at small M fills the SMs). It is the small-M
+  kernel everywhere, and the whole GEMM on AMD for now.
 - "lds" (gemm_a8w8_blockscale_lds.cu.j2), every FP8 target: the large-M form of "mma". A
   block of (block_m / 32) x (block_n / 32) waves, 32 x 32 each, stages each 128-wide K block of
   its A and B rows in LDS (two buffers) and every wave reads its fragments from there.
