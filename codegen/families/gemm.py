@@ -40,7 +40,7 @@ GEMV_UNROLL = 4     # gemv kernel: 16-byte pieces of B in flight per lane
 LDS_MAX_PIECES = 8   # lds kernel: 16-byte pieces a thread may stage per K block
 # tma kernel: tile N (16 and 32 give decode's few rows a tile per SM; the widths that are not
 # powers of two fill the SMs better at some N)
-TMA_WIDTHS = (16, 32, 56, 64, 96, 112, 128, 144, 160, 192)
+TMA_WIDTHS = (16, 32, 56, 64, 72, 96, 112, 128, 144, 160, 192)
 NVIDIA_STATIC_SMEM = 48 * 1024   # static shared memory a CUDA kernel may declare
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 # (N, K) of the block-FP8 linear layers the table is tuned and benchmarked on (DeepSeek-V3's)
