@@ -87,8 +87,8 @@ def mma_prefetch_fits(v: Variant, atom: Atom) -> bool:
 
 def mma_min_blocks(v: Variant, atom: Atom) -> int:
     """sm_90a, one K block in registers: the blocks per SM __launch_bounds__ asks for where a
-    tile's fragments fit in 64 registers (8 x 16 tiles: 64 without spills where nvcc would take
-    80 and, at 512 threads, halve the blocks: 1 x 4096 x 7168 9.4 against 12.6 us); 0: none."""
+    tile's fragments fit in 64 registers (8 x 16 tiles; left alone, nvcc takes about 80 and, at
+    512 threads, halves the blocks an SM holds); 0: none."""
     if v.target.vendor != "nvidia" or v["stages"] != 1:
         return 0
     if mma_registers(v, atom, prefetch=False, scales=False) > 64:
