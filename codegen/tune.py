@@ -46,6 +46,8 @@ def candidates(arch: str) -> list[dict]:
     # decode: a tile's K blocks split over a cluster of blocks too (short, many blocks)
     cands += [c("mma", bm, bn, split_k=sk, stages=s, cluster=cl) for bm in (8, 16)
               for bn in (16, 32, 64) for sk in (4, 8, 16) for s in (1, 2) for cl in (2, 4, 8)]
+    # decode: the same with the block's first pass over its weights started into L2 early
+    cands += [{**cfg, "l2_first_pass": True} for cfg in cands if cfg["block_m"] <= 16]
     cands += [c("gemv", bm, bn, split_k=sk) for bm in (1, 2, 4) for bn in (1, 2, 4, 8)
               for sk in (1, 2, 4, 8)]
     cands += [c("lds", bm, bn, stages=2, atom=a, wave_tile=w) for bm in (32, 64, 128)

@@ -211,6 +211,9 @@ def validate(v: Variant) -> str | None:
     if v["cluster"] != 1 and (v["kernel"] not in ("tma", "mma") or t.arch != "sm_90a"):
         return (f"cluster={v['cluster']} is an sm_90a option of the tma kernel (TMA multicast) "
                 f"and the mma kernel (split K), not of {v['kernel']} on {t.arch}")
+    if v["l2_first_pass"] and (v["kernel"] != "mma" or t.arch != "sm_90a"):
+        return (f"l2_first_pass is an sm_90a option of the mma kernel, not of {v['kernel']} on "
+                f"{t.arch}")
     if v["kernel"] in ("wgmma", "tma"):
         kernel = v["kernel"]
         if t.arch != "sm_90a":
@@ -323,15 +326,17 @@ def context(v: Variant) -> dict:
     fr, fc = mma_frags(v, atom)
     return dict(ctx, atom=atom, fr=fr, fc=fc, split_k=v["split_k"], swap=swapped(v),
                 prefetch=v["stages"] == 2, min_blocks=mma_min_blocks(v, atom),
-                cluster=v["cluster"])
+                cluster=v["cluster"], l2_first_pass=v["l2_first_pass"])
 
 
 # ---- configs and dispatch -----------------------------------------------------------------
 
 def config(kernel: str, block_m: int, block_n: int, split_k: int = 1, stages: int = 1,
-           atom: str = "", wave_tile: str = "", cluster: int = 1) -> dict:
+           atom: str = "", wave_tile: str = "", cluster: int = 1,
+           l2_first_pass: bool = False) -> dict:
     return dict(kernel=kernel, block_m=block_m, block_n=block_n, block_k=SCALE_BLOCK,
-                split_k=split_k, stages=stages, atom=atom, wave_tile=wave_tile, cluster=cluster)
+                split_k=split_k, stages=stages, atom=atom, wave_tile=wave_tile, cluster=cluster,
+                l2_first_pass=l2_first_pass)
 
 
 def mma_config(arch: str, block_m: int, block_n: int, split_k: int = 1, cluster: int = 1) -> dict:
