@@ -455,7 +455,8 @@ def gemm_section(copy: dict, quick: bool, only_ms: list[int] | None = None) -> l
                                 weight_copy_frac=n * k / gus / 1e3 / copy["graph"],
                                 config="{kernel} {block_m}x{block_n} sk{split_k} s{stages}"
                                 .format(**cfg) + (f" c{cfg['cluster']}" if cfg["cluster"] > 1
-                                                  else "")))
+                                                  else "")
+                                + (" pf" if cfg["l2_first_pass"] else "")))
             if m == 1:   # decode: the weight read against a copy moving as many bytes
                 _same_copy(results[-1], n * k)
     results.sort(key=lambda r: (TUNED_SHAPES.index((r["n"], r["k"])), r["m"]))
