@@ -222,6 +222,9 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
                      f"of fragments in registers" + (
                          f"; {bound} blocks an SM asked of the compiler (64 registers a lane)"
                          if bound else ""))
+        if v["l2_first_pass"]:
+            lines.append("each block starts its first pass over its weight rows into L2 before "
+                         "it waits for the grid before (l2_first_pass)")
     lines.append(f"module: {_where(v)}")
     return lines
 

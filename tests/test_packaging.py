@@ -122,9 +122,12 @@ def test_explain_says_what_an_mma_wave_holds():
     from codegen.families import gemm
 
     lines = explain("sm_90a", gemm.FAMILY, {}, 1, 4096, 7168)
-    assert gemm.table("sm_90a")[(1, 4096, 7168)] == gemm.config("mma", 8, 16, split_k=16)
+    assert gemm.table("sm_90a")[(1, 4096, 7168)] == gemm.config("mma", 8, 16, split_k=16,
+                                                                 l2_first_pass=True)
     assert "mma waves hold one K block of fragments in registers; 2 blocks an SM asked of the " \
            "compiler (64 registers a lane)" in lines
+    assert "each block starts its first pass over its weight rows into L2 before it waits for " \
+           "the grid before (l2_first_pass)" in lines
     lines = explain("gfx942", gemm.FAMILY, {}, 2, 576, 7168)
     assert "mma waves hold two K blocks of fragments in registers" in lines
 
