@@ -80,6 +80,9 @@ def test_table_entries_are_used_and_valid():
     ("gfx942", dict(kernel="lds", block_m=64, block_n=64, stages=2, atom="32x32x64"),
      "does not have"),
     ("gfx950", dict(kernel="mma", block_m=32, block_n=32, atom="32x32x16"), "does not have"),
+    ("gfx942", dict(kernel="mma", block_m=16, block_n=16, l2_first_pass=True), "sm_90a option"),
+    ("sm_90a", dict(kernel="tma", block_m=128, block_n=128, stages=4, l2_first_pass=True),
+     "of the mma kernel"),
 ])
 def test_validation_rejects_before_compiling(arch, cfg, why):
     assert why in (validate(variant(arch, **cfg)) or "")
@@ -175,3 +178,16 @@ def test_restricted_tuner_run_times_what_dispatch_picks_now():
     assert entry["kernel"] == "tma" and incumbent("sm_90a", 4096, 4096, 7168, mma) == entry
     assert incumbent("sm_90a", 4096, 4096, 7168, candidates("sm_90a")) is None
     assert incumbent("sm_90a", 32, 1000, 3000, mma) == fam.heuristic("sm_90a", 32)
+
+
+def test_l2_first_pass_prefetches_before_the_wait_only_where_asked():
+    """The option adds the weights' bulk L2 prefetch ahead of pdl_begin and nothing else: off,
+    the kernel has no prefetch at all."""
+    from codegen.render import render
+
+    on = render(variant("sm_90a", kernel="mma", block_m=8, block_n=16, split_k=16,
+                        l2_first_pass=True))
+    off = render(variant("sm_90a", kernel="mma", block_m=8, block_n=16, split_k=16))
+    body = on[on.index("gemm_kernel("):]
+    assert body.index("cg::prefetch_l2(") < body.index("cg::pdl_begin();")
+    assert "cg::prefetch_l2(" not in off[off.index("gemm_kernel("):]
