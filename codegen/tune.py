@@ -41,8 +41,9 @@ def finalists(timed: list[tuple]) -> list[tuple]:
 def candidates(arch: str) -> list[dict]:
     c = fam.config
     # one or two K blocks of fragments in registers (stages); the second where it fits
+    # (split_k 14 gives each wave 4 of K = 7168's 56 K blocks, where 16 leaves half with 3)
     cands = [c("mma", bm, bn, split_k=sk, stages=s) for bm in (8, 16, 32, 64)
-             for bn in (16, 32, 64) for sk in (1, 4, 8, 16) for s in (1, 2)]
+             for bn in (16, 32, 64) for sk in (1, 4, 8, 14, 16) for s in (1, 2)]
     # decode: a tile's K blocks split over a cluster of blocks too (short, many blocks)
     cands += [c("mma", bm, bn, split_k=sk, stages=s, cluster=cl) for bm in (8, 16)
               for bn in (16, 32, 64) for sk in (4, 8, 16) for s in (1, 2) for cl in (2, 4, 8)]

@@ -191,3 +191,12 @@ def test_l2_first_pass_prefetches_before_the_wait_only_where_asked():
     body = on[on.index("gemm_kernel("):]
     assert body.index("cg::prefetch_l2(") < body.index("cg::pdl_begin();")
     assert "cg::prefetch_l2(" not in off[off.index("gemm_kernel("):]
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "gfx942", "gfx950", "gfx1201"])
+def test_tuner_candidates_are_distinct_variants(arch):
+    """Each candidate names its own module (split_k 14 against 1 and 4, say)."""
+    from codegen.tune import candidates
+
+    uris = [variant(arch, **c).uri for c in candidates(arch)]
+    assert len(set(uris)) == len(uris) and any("_sk14_" in u for u in uris)

@@ -61,10 +61,21 @@ def test_unknown_arch_and_axes_are_named():
 
 
 def test_every_spec_loads():
+    """Every family's axes have choices on every target; families small enough to list (the
+    GEMM's tile axes span millions of combinations) enumerate to distinct URIs."""
+    from math import prod
+
+    from codegen.spec import load_family
+
     assert "group_quant_fp8" in families()
     for fam in families():
         for arch in TARGETS:
-            enumerate_variants(fam, get_target(arch))
+            target = get_target(arch)
+            sizes = [len(axis.choices(target)) for axis in load_family(fam).axes]
+            assert all(sizes), (fam, arch)
+            if prod(sizes) <= 10_000:
+                vs = enumerate_variants(fam, target)
+                assert len({v.uri for v in vs}) == len(vs) == prod(sizes)
 
 
 def test_occupancy_figures():
