@@ -217,10 +217,11 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
                          f"{tier.items} chunks of 8 per thread, {tier.block}-thread blocks"
                          f"{''.join(notes)} (picked by the launcher at run time)")
     if op == gemm.FAMILY and v["kernel"] == "mma":
-        bound = gemm.mma_min_blocks(v, gemm.atom_for(arch, "mma", ""))
+        atom = gemm.atom_for(arch, "mma", "")
+        bound, cap = gemm.mma_min_blocks(v, atom), gemm.mma_register_cap(v, atom)
         lines.append(f"mma waves hold {'two K blocks' if v['stages'] == 2 else 'one K block'} "
                      f"of fragments in registers" + (
-                         f"; {bound} blocks an SM asked of the compiler (64 registers a lane)"
+                         f"; {bound} blocks an SM asked of the compiler (at most {cap} registers a lane)"
                          if bound else ""))
         if v["l2_first_pass"]:
             lines.append("each block starts its first pass over its weight rows into L2 before "

@@ -120,12 +120,17 @@ def test_explain_says_table_hit_or_heuristic():
 def test_explain_says_what_an_mma_wave_holds():
     from codegen.cli import explain
     from codegen.families import gemm
+    from codegen.spec import make_variant
 
     lines = explain("sm_90a", gemm.FAMILY, {}, 1, 4096, 7168)
-    assert gemm.table("sm_90a")[(1, 4096, 7168)] == gemm.config("mma", 8, 16, split_k=16,
-                                                                 l2_first_pass=True)
-    assert "mma waves hold one K block of fragments in registers; 2 blocks an SM asked of the " \
-           "compiler (64 registers a lane)" in lines
+    entry = gemm.table("sm_90a")[(1, 4096, 7168)]   # one K block, bounded, early first pass
+    assert entry["kernel"] == "mma" and entry["stages"] == 1 and entry["l2_first_pass"]
+    v = make_variant(gemm.FAMILY, "sm_90a", fp8="e4m3fn448", **entry)
+    atom = gemm.atom_for("sm_90a", "mma", "")
+    blocks, cap = gemm.mma_min_blocks(v, atom), gemm.mma_register_cap(v, atom)
+    assert blocks >= 2 and cap >= 64
+    assert "mma waves hold one K block of fragments in registers; " \
+           f"{blocks} blocks an SM asked of the compiler (at most {cap} registers a lane)" in lines
     assert "each block starts its first pass over its weight rows into L2 before it waits for " \
            "the grid before (l2_first_pass)" in lines
     lines = explain("gfx942", gemm.FAMILY, {}, 2, 576, 7168)

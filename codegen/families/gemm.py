@@ -96,6 +96,13 @@ def mma_min_blocks(v: Variant, atom: Atom) -> int:
     return v.target.regs_per_simd // (block_threads(v) * 64)
 
 
+def mma_register_cap(v: Variant, atom: Atom) -> int:
+    """The registers a lane may take under mma_min_blocks' bound (0: no bound): 64 at 512
+    threads, 72 at split_k 14's 448 (allocated in eights)."""
+    blocks = mma_min_blocks(v, atom)
+    return v.target.regs_per_simd // (block_threads(v) * blocks) // 8 * 8 if blocks else 0
+
+
 def mma_reduce_bytes(v: Variant, atom: Atom) -> int:
     fr, fc = mma_frags(v, atom)
     return 0 if v["split_k"] == 1 else v["split_k"] * fr * fc * len(atom.c) * atom.wave * 4
