@@ -297,9 +297,10 @@ def gemm_inputs(arch, m, n, k):
 
 def gemm_configs(arch):
     """The configs a build for arch compiles (the dispatch heuristic's), plus a swapped mma
-    tile (wider in N), an mma tile without split-K and a second lds tile, where valid."""
+    tile (wider in N), an mma tile without split-K, one split 14 ways (a count that is not a
+    power of two) and a second lds tile, where valid."""
     extra = [gemm_family.config("mma", 16, 32, split_k=2), gemm_family.config("mma", 32, 16),
-             gemm_family.config("lds", 64, 64, stages=2)]
+             gemm_family.config("lds", 64, 64, stages=2), gemm_family.config("mma", 16, 16, split_k=14)]
     out = list(gemm_family.default_configs(arch))
     for c in extra:
         v = make_variant(gemm_family.FAMILY, arch, **c,
@@ -478,6 +479,41 @@ def test_emu_gap_float_denorm_gfx950():
     with gaps.disabled("float_denorm"):
         flushed = ops.rmsnorm(x, w, EPS)
     assert (flushed == 0).all() and (want != 0).all()
+
+
+# the split-K sum of a tail tile, run once with the fix switched off, in a process of its own
+_LDS_UNFIXED = """
+import torch
+from codegen.emu import gaps
+from codegen.families import gemm as gemm_family
+from codegen.ops.gemm import gemm_with_config
+from tests.test_emu import gemm_inputs, on
+on("gfx1201")
+a, sa, b, sb = gemm_inputs("gfx1201", 19, 40, 272)
+with gaps.disabled("lds_inactive_lanes"):
+    gemm_with_config(a, sa, b, sb, gemm_family.config("mma", 16, 16, split_k=4))
+"""
+
+
+def test_emu_gap_lds_inactive_lanes_gfx1201():
+    """LDS instructions leave out the lanes EXEC masks; the emulator read LDS at those lanes'
+    stale addresses too. The split-K sum of a tile past the matrix edge (the loads sunk into the
+    store's bounds check) took it outside its LDS buffer: the process crashed (SIGSEGV)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from codegen.ops.gemm import gemm_with_config
+
+    on("gfx1201")
+    a, sa, b, sb = gemm_inputs("gfx1201", 19, 40, 272)
+    check_gemm(gemm_with_config(a, sa, b, sb, gemm_family.config("mma", 16, 16, split_k=4)),
+               a, sa, b, sb)
+    unfixed = subprocess.run([sys.executable, "-c", _LDS_UNFIXED], capture_output=True, text=True,
+                             cwd=Path(__file__).parent.parent, env=os.environ)
+    assert unfixed.returncode == -signal.SIGSEGV, unfixed.stderr[-2000:]
 
 
 def assert_rows_misplaced(out, a, sa, b, sb):

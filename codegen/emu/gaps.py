@@ -9,7 +9,7 @@ import contextlib
 import functools
 
 FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "fp8_dot4", "wmma_fp8", "mfma_32x32_out",
-         "mfma_acc_ab", "mfma_x2_decode", "global_inv", "float_denorm")
+         "mfma_acc_ab", "mfma_x2_decode", "global_inv", "float_denorm", "lds_inactive_lanes")
 _off: set[str] = set()
 _emu = None
 _state = {"format": "ocp", "ftz": True}
@@ -368,12 +368,39 @@ def _decode(original):
 _CACHE_OPS = ("GLOBAL_INV", "GLOBAL_WB", "GLOBAL_WBINV")
 
 
+# ---- LDS addresses of lanes EXEC leaves out ----
+# RDNA4 / CDNA3 ISA, "EXEC mask": a lane whose EXEC bit is 0 does not execute vector memory
+# (LDS included) instructions. The emulator reads LDS at every lane's address and masks only the
+# results, so an inactive lane's stale address register (never written for that lane) indexes
+# outside its LDS buffer: a process crash. Such lanes now address LDS word 0.
+
+
+class _ActiveLaneAddresses:
+    """An instruction context whose reads of the DS address register give 0 for inactive lanes."""
+    __slots__ = ("_ctx", "_addr", "_exec")
+
+    def __init__(self, ctx, inst):
+        self._ctx, self._addr, self._exec = ctx, ctx.inst_field(type(inst).addr), ctx.rexec()
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def rvgpr_dyn(self, reg, lane, valid=None):
+        value = self._ctx.rvgpr_dyn(reg, lane, valid)
+        if reg is not self._addr:
+            return value
+        return _emu._lane_active(self._exec, lane).where(value, value.const_like(0))
+
+
 def _mem_op(original):
     def compile_mem_op(inst, ctx):
         from tinygrad.uop.ops import UOp
 
-        if on("global_inv") and getattr(inst.op, "name", "") in _CACHE_OPS:
+        name = getattr(inst.op, "name", "")
+        if on("global_inv") and name in _CACHE_OPS:
             return UOp.sink(*ctx.inc_pc())
+        if on("lds_inactive_lanes") and name.startswith("DS_") and "PERMUTE" not in name:
+            return original(inst, _ActiveLaneAddresses(ctx, inst))
         return original(inst, ctx)
     return compile_mem_op
 
