@@ -369,8 +369,9 @@ _CACHE_OPS = ("GLOBAL_INV", "GLOBAL_WB", "GLOBAL_WBINV")
 
 
 # ---- LDS addresses of lanes EXEC leaves out ----
-# RDNA4 / CDNA3 ISA, "EXEC mask": a lane whose EXEC bit is 0 does not execute vector memory
-# (LDS included) instructions. The emulator reads LDS at every lane's address and masks only the
+# RDNA4 and CDNA3 ISA documents, on the EXEC mask (paraphrased): vector instructions, memory and
+# LDS ones included, act only for the lanes whose EXEC bit is 1. The emulator reads LDS at every
+# lane's address and masks only the
 # results, so an inactive lane's stale address register (never written for that lane) indexes
 # outside its LDS buffer: a process crash. Such lanes now address LDS word 0.
 
@@ -399,7 +400,9 @@ def _mem_op(original):
         name = getattr(inst.op, "name", "")
         if on("global_inv") and name in _CACHE_OPS:
             return UOp.sink(*ctx.inc_pc())
-        if on("lds_inactive_lanes") and name.startswith("DS_") and "PERMUTE" not in name:
+        # (not the lane-exchange forms, whose ADDR names another lane's register, not LDS)
+        if on("lds_inactive_lanes") and name.startswith("DS_") and not any(
+                x in name for x in ("PERMUTE", "SWIZZLE")):
             return original(inst, _ActiveLaneAddresses(ctx, inst))
         return original(inst, ctx)
     return compile_mem_op
