@@ -221,7 +221,8 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
         bound, cap = gemm.mma_min_blocks(v, atom), gemm.mma_register_cap(v, atom)
         lines.append(f"mma waves hold {'two K blocks' if v['stages'] == 2 else 'one K block'} "
                      f"of fragments in registers" + (
-                         f"; {bound} blocks an SM asked of the compiler (at most {cap} registers a lane)"
+                         f"; {bound} blocks an SM asked of the compiler (at most {cap} registers "
+                         f"a lane)"
                          if bound else ""))
         if v["l2_first_pass"]:
             lines.append("each block starts its first pass over its weight rows into L2 before "

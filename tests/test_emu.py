@@ -300,7 +300,8 @@ def gemm_configs(arch):
     tile (wider in N), an mma tile without split-K, one split 14 ways (a count that is not a
     power of two) and a second lds tile, where valid."""
     extra = [gemm_family.config("mma", 16, 32, split_k=2), gemm_family.config("mma", 32, 16),
-             gemm_family.config("lds", 64, 64, stages=2), gemm_family.config("mma", 16, 16, split_k=14)]
+             gemm_family.config("mma", 16, 16, split_k=14),
+             gemm_family.config("lds", 64, 64, stages=2)]
     out = list(gemm_family.default_configs(arch))
     for c in extra:
         v = make_variant(gemm_family.FAMILY, arch, **c,

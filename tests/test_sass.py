@@ -166,8 +166,8 @@ def _decode_configs() -> list[dict]:
     "{kernel}{block_m}x{block_n}sk{split_k}s{stages}c{cluster}".format(**c)))
 def test_decode_gemm_sass(cfg):
     """Clustered mma tiles sum through distributed shared memory between cluster barriers;
-    register-bounded ones fit their bound (64 at 512 threads); the gemv kernel starts its weights into L2 before it waits for
-    the grid before; no spills."""
+    register-bounded ones fit their bound (64 registers at 512 threads); the gemv kernel starts
+    its weights into L2 before it waits for the grid before; no spills."""
     code, ptxas = _compile_in(cfg)
     assert re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", ptxas) == [("0", "0")]
     assert_waits_before_memory(code)
