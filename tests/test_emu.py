@@ -484,7 +484,6 @@ def test_emu_gap_float_denorm_gfx950():
 
 # the split-K sum of a tail tile, run once with the fix switched off, in a process of its own
 _LDS_UNFIXED = """
-import torch
 from codegen.emu import gaps
 from codegen.families import gemm as gemm_family
 from codegen.ops.gemm import gemm_with_config
@@ -500,7 +499,6 @@ def test_emu_gap_lds_inactive_lanes_gfx1201():
     """LDS instructions leave out the lanes EXEC masks; the emulator read LDS at those lanes'
     stale addresses too. The split-K sum of a tile past the matrix edge (the loads sunk into the
     store's bounds check) took it outside its LDS buffer: the process crashed (SIGSEGV)."""
-    import os
     import signal
     import subprocess
     import sys
@@ -513,7 +511,7 @@ def test_emu_gap_lds_inactive_lanes_gfx1201():
     check_gemm(gemm_with_config(a, sa, b, sb, gemm_family.config("mma", 16, 16, split_k=4)),
                a, sa, b, sb)
     unfixed = subprocess.run([sys.executable, "-c", _LDS_UNFIXED], capture_output=True, text=True,
-                             cwd=Path(__file__).parent.parent, env=os.environ)
+                             cwd=Path(__file__).parent.parent)
     assert unfixed.returncode == -signal.SIGSEGV, unfixed.stderr[-2000:]
 
 

@@ -371,9 +371,9 @@ _CACHE_OPS = ("GLOBAL_INV", "GLOBAL_WB", "GLOBAL_WBINV")
 # ---- LDS addresses of lanes EXEC leaves out ----
 # RDNA4 and CDNA3 ISA documents, on the EXEC mask (paraphrased): vector instructions, memory and
 # LDS ones included, act only for the lanes whose EXEC bit is 1. The emulator reads LDS at every
-# lane's address and masks only the
-# results, so an inactive lane's stale address register (never written for that lane) indexes
-# outside its LDS buffer: a process crash. Such lanes now address LDS word 0.
+# lane's address and masks only the results, so an inactive lane's stale address register (never
+# written for that lane) indexes outside its LDS buffer: a process crash. Such lanes now address
+# LDS word 0.
 
 
 class _ActiveLaneAddresses:
