@@ -412,7 +412,21 @@ def _cublas_blockwise(a, sa, b, sb):
         return None
 
 
-def gemm_section(copy: dict, quick: bool, only_ms: list[int] | None = None) -> list[dict]:
+def a_scales_as(sa: torch.Tensor, layout: str) -> torch.Tensor:
+    """sa [M, KB] as the GEMM is given it: "row" (contiguous) or "col_tma" (column-major, each
+    column padded to a multiple of 4 rows), the layouts the quant ops write."""
+    if layout == "row":
+        return sa
+    if layout != "col_tma":
+        raise ValueError(f"layout: {layout!r} is not 'row' or 'col_tma'")
+    m, kb = sa.shape
+    store = sa.new_zeros(kb, -(-m // 4) * 4)
+    store[:, :m] = sa.t()
+    return store[:, :m].t()
+
+
+def gemm_section(copy: dict, quick: bool, only_ms: list[int] | None = None,
+                 scales: str = "row") -> list[dict]:
     from .families.gemm import TUNED_SHAPES, pick
 
     arch = device_arch(torch.device("cuda"))
@@ -427,7 +441,7 @@ def gemm_section(copy: dict, quick: bool, only_ms: list[int] | None = None) -> l
         for n, k in TUNED_SHAPES:
             def inputs():
                 a = torch.randn(m, k, device="cuda").to(dtype)
-                sa = torch.rand(m, -(-k // 128), device="cuda") + 0.5
+                sa = a_scales_as(torch.rand(m, -(-k // 128), device="cuda") + 0.5, scales)
                 b = torch.randn(n, k, device="cuda").to(dtype)
                 sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
                 return a, sa, b, sb
@@ -446,7 +460,7 @@ def gemm_section(copy: dict, quick: bool, only_ms: list[int] | None = None) -> l
             (gus, us), (gcub, cub) = times[0], times[1] if peer else (None, None)
             flops = 2 * m * n * k
             cfg = pick(arch, m, n, k)
-            results.append(dict(op="gemm", m=m, n=n, k=k, graph_us=gus, us=us,
+            results.append(dict(op="gemm", m=m, n=n, k=k, a_scales=scales, graph_us=gus, us=us,
                                 tflops=flops / gus / 1e6, cublas_graph_us=gcub, cublas_us=cub,
                                 cublas_tflops=flops / gcub / 1e6 if gcub else None,
                                 vs_cublas=gcub / gus if gcub else None,
@@ -460,7 +474,8 @@ def gemm_section(copy: dict, quick: bool, only_ms: list[int] | None = None) -> l
             if m == 1:   # decode: the weight read against a copy moving as many bytes
                 _same_copy(results[-1], n * k)
     results.sort(key=lambda r: (TUNED_SHAPES.index((r["n"], r["k"])), r["m"]))
-    table("gemm_a8w8_blockscale, bf16 out (graph time; weight GB/s = N*K bytes / time)",
+    table(f"gemm_a8w8_blockscale, bf16 out, {scales} A scales (graph time; weight GB/s = N*K "
+          "bytes / time)",
           ["M", "N", "K", "graph us", "TFLOP/s", "cuBLAS TFLOP/s", "x cuBLAS", "weight GB/s",
            "of copy", "of same-size copy", "event us", "x cuBLAS (event)", "config"],
           [[r["m"], r["n"], r["k"], r["graph_us"], r["tflops"], r["cublas_tflops"] or "n/a",
@@ -600,6 +615,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write all figures here")
     ap.add_argument("--sections", default=",".join(SECTIONS))
     ap.add_argument("--gemm-ms", help="the GEMM section at these M only (comma-separated)")
+    ap.add_argument("--gemm-scales", choices=("row", "col_tma"), default="row",
+                    help="the layout of A's scales the GEMM section gives our kernel")
     args = ap.parse_args(argv)
     if args.digest:
         print(source_digest())
@@ -628,7 +645,7 @@ def main(argv=None) -> int:
             "rmsnorm": lambda: rmsnorm_section(copy, args.quick),
             "rmsnorm_quant": lambda: rmsnorm_quant_section(copy),
             "gemm": lambda: gemm_section(copy, args.quick, args.gemm_ms and [
-                int(m) for m in args.gemm_ms.split(",")]),
+                int(m) for m in args.gemm_ms.split(",")], args.gemm_scales),
             "rmsnorm_kernels": lambda: rmsnorm_kernel_section(args.quick)}
     for name in sections:
         out[name] = runs[name]()

@@ -190,3 +190,16 @@ def test_source_digest_names_the_tree(tmp_path):
     (tmp_path / "templates" / "a.txt").write_text("one")
     (tmp_path / "templates" / "a.txt").rename(tmp_path / "templates" / "b.txt")
     assert source_digest(str(tmp_path)) != first
+
+
+def test_gemm_scales_in_the_quant_ops_layouts():
+    import torch
+
+    from codegen.bench import a_scales_as
+
+    sa = torch.rand(7, 5)
+    assert a_scales_as(sa, "row") is sa
+    col = a_scales_as(sa, "col_tma")
+    assert col.stride() == (1, 8) and torch.equal(col, sa)
+    with pytest.raises(ValueError, match="layout"):
+        a_scales_as(sa, "col")
