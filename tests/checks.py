@@ -109,3 +109,72 @@ def check_fused_quant(name, outputs, x, w, eps, g, layout, ue8m0, residual, r0, 
     rq, rs, ry, _ = reference.rmsnorm_group_quant(x, w, eps, g, fp8_dtype, fmax, ue8m0, r0)
     check_vs_reference_quant(q, s, rq, rs, ue8m0)
     check_ulps(name, y, ry)
+
+
+def check_aiter_entry_points(device: str) -> None:
+    """codegen.aiter against the ops it is made of, bit for bit, with AITER's conventions: FP8
+    max torch.finfo(dtype).max, new outputs with the inputs left as they were, column-major
+    scales behind a contiguous [T, G] view (transpose_scale), one launch or two for the fused
+    norm + quant. device: "cuda", or "cpu" with an emulated device attached."""
+    from codegen import aiter, ops, reference
+
+    from .gpu_data import rows_with_spread
+
+    t, h, h2, eps = 37, 512, 256, 1e-6
+    x = rows_with_spread(t, h, torch.bfloat16, device=device)
+    w = torch.rand(h, device=device).to(torch.bfloat16) + 0.5
+    fp8 = ops.per_token_group_quant_fp8(x[:1], 128)[0].dtype
+    fmax = torch.finfo(fp8).max
+    rq, rs = reference.group_quant_fp8(x, 128, fp8, fmax)
+
+    # quant: row-major scales, and column-major ones behind a contiguous [T, G] view
+    q, s = aiter.get_hip_quant("per_1x128")(x, quant_dtype=fp8)
+    assert_quant_exact(q, s, rq, rs)
+    q3, s3 = aiter.per_group_quant_hip(x.view(1, t, h), quant_dtype=fp8, transpose_scale=True)
+    assert q3.shape == (1, t, h) and s3.shape == (1, t, h // 128) and s3.is_contiguous()
+    assert_same(q3.view(t, h), rq, "per_group_quant_hip q")
+    assert_same(s3.view(t, h // 128), rs.t().contiguous().view(t, h // 128),
+                "transpose_scale: column-major scales")
+
+    # norms: new outputs; with_add reads input and residual_in and writes the two outputs
+    x0, res = x.clone(), rows_with_spread(t, h, torch.bfloat16, device=device)
+    res0 = res.clone()
+    assert_same(aiter.rms_norm(x, w, eps), ops.rmsnorm(x, w, eps), "rms_norm")
+    out, res_out = torch.empty_like(x), torch.empty_like(x)
+    assert aiter.rmsnorm2d_fwd_with_add(out, x, res, res_out, w, eps, 0) is None
+    r2 = res0.clone()
+    assert_same(out, ops.fused_add_rmsnorm(x0, r2, w, eps), "rmsnorm2d_fwd_with_add out")
+    assert_same(res_out, r2, "rmsnorm2d_fwd_with_add residual_out")
+    assert_same(x, x0, "input left as it was")
+    assert_same(res, res0, "residual_in left as it was")
+
+    # fused norm + quant: the one-launch MLA form, then the two-launch one (residual, the
+    # unquantized copy, a second epsilon)
+    kv = rows_with_spread(t, h2, torch.bfloat16, device=device)
+    kvw = torch.rand(h2, device=device).to(torch.bfloat16) + 0.5
+    single = ops.rmsnorm_group_quant(x, w, eps, 128, fp8_max=fmax)
+    (fq, fs), out1, out2, out_res = aiter.fused_rms_fp8_group_quant(
+        x, w, eps, kv, kvw, eps, dtype_quant=fp8, transpose_scale=True, is_x_scale_strided=True)
+    assert out1 is None and out_res is None and fs.stride() == (1, t)
+    assert_same(fq, single[0], "fused_rms_fp8_group_quant q")
+    assert_same(fs, single[1], "fused_rms_fp8_group_quant scales")
+    assert_same(out2, ops.rmsnorm(kv, kvw, eps), "fused_rms_fp8_group_quant out2")
+    r3 = res0.clone()
+    ref_q, ref_s, ref_y = ops.rmsnorm_group_quant(x, w, eps, 128, residual=r3, fp8_max=fmax,
+                                                  also_return_unquantized=True)
+    (fq, fs), out1, out2, out_res = aiter.fused_rms_fp8_group_quant(
+        x, w, eps, kv, kvw, 1e-5, res1=res, output_unquantized_inp1=True)
+    assert_same(fq, ref_q, "with res1: q")
+    assert_same(fs, ref_s, "with res1: scales")
+    assert_same(out1, ref_y, "with res1: out1")
+    assert_same(out_res, r3, "with res1: out_res1")
+    assert_same(out2, ops.rmsnorm(kv, kvw, 1e-5), "with res1: out2 (its own epsilon)")
+    assert_same(res, res0, "res1 left as it was")
+
+    # GEMM: the quant's scales as they are; fp16 out is the bf16 result converted
+    b, sb = quant_blocks(torch.randn(200, h, device=device) * 0.05, 128, fp8, fmax)
+    y = aiter.gemm_a8w8_blockscale(q, b, s, sb)
+    check_gemm(y, q, s, b, sb)
+    assert_same(y, ops.gemm_a8w8_blockscale(q, s, b, sb), "gemm_a8w8_blockscale")
+    y16 = aiter.gemm_a8w8_blockscale(q, b, s, sb, dtype=torch.float16)
+    assert_same(y16, y.to(torch.float16), "gemm_a8w8_blockscale fp16")

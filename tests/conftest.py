@@ -53,12 +53,14 @@ def cache_dir(tmp_path, monkeypatch):
 _EMU_FAMILIES = (("test_emu_gap", "emulator gaps"), ("test_emu_quant", "group_quant_fp8"),
                  ("test_emu_rmsnorm_group_quant", "rmsnorm_group_quant"),
                  ("test_emu_dual", "dual_rmsnorm_group_quant"), ("test_emu_rmsnorm", "rmsnorm"),
-                 ("test_emu_gemm", "gemm_a8w8_blockscale"))
+                 ("test_emu_gemm", "gemm_a8w8_blockscale"), ("test_emu_aiter", "codegen.aiter"))
 _EMU_CONTRACT = {"emulator gaps": "each fix shown", "group_quant_fp8": "bit-exact",
                  "rmsnorm": "fused = unfused, <= 1 ulp",
                  "rmsnorm_group_quant": "bit-exact vs unfused",
                  "dual_rmsnorm_group_quant": "bit-exact vs single ops",
-                 "gemm_a8w8_blockscale": "rel. error < 1e-3"}
+                 "gemm_a8w8_blockscale": "rel. error < 1e-3",
+                 "codegen.aiter": "bit-exact vs the ops"}
+_EMU_ANY_FAMILY = ("emulator gaps", "codegen.aiter")    # rows counting every variant they ran
 _emu_reports: dict[str, object] = {}
 
 
@@ -87,7 +89,7 @@ def pytest_terminal_summary(terminalreporter):
         row["failed"] += r.failed
         row["time"] += r.duration
         row["variants"] |= {u for u in test_emu.EXECUTED.get(r.nodeid, ())
-                            if family in ("emulator gaps", family_of(u))}
+                            if family in _EMU_ANY_FAMILY or family == family_of(u)}
     tr = terminalreporter
     tr.section("AMD emulator (L4): what executed where")
     tr.write_line(f"{'arch':<8} {'family':<26} {'variants':>8} {'cases':>6} {'result':<28} "

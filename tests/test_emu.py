@@ -17,8 +17,8 @@ from codegen.families.rmsnorm import tier_for, tiers
 from codegen.spec import make_variant, validate
 from codegen.targets import get_target
 
-from .checks import (assert_quant_exact, assert_same, check_fused_quant, check_gemm,
-                     check_ulps, quant_blocks, rel_err)
+from .checks import (assert_quant_exact, assert_same, check_aiter_entry_points, check_fused_quant,
+                     check_gemm, check_ulps, quant_blocks, rel_err)
 from .gpu_data import boundary_rows, rows_with_spread
 
 pytestmark = pytest.mark.emu
@@ -355,6 +355,16 @@ def test_emu_gemm_takes_rmsnorm_quant_scales(arch):
     q, s = ops.rmsnorm_group_quant(x, w, EPS, 128, scale_layout="col_tma")
     b, sb = quant_blocks(torch.randn(160, 384) * 0.05, 128, dtype, fmax)
     check_gemm(ops.gemm_a8w8_blockscale(q, s, b, sb), q, s.contiguous(), b, sb)
+
+
+# ---- codegen.aiter: AITER's names and conventions over the same kernels ----
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_aiter_entry_points(arch):
+    """Quant (FP8 max 240 on gfx942, as AITER's finfo), norms, fused norm + quant in one launch
+    and in two, and the GEMM, each bit for bit the ops it is made of."""
+    on(arch)
+    check_aiter_entry_points("cpu")
 
 
 # ---- the emulator's gaps (codegen.emu.gaps): each fix, and what goes wrong without it ----

@@ -1,4 +1,4 @@
-"""codegen.nn, codegen.vllm and codegen.supported: what an engine drops in.
+"""codegen.nn, codegen.vllm, codegen.aiter and codegen.supported: what an engine drops in.
 
 CPU: the weight quantization and checkpoint conversion (plain torch), argument errors, the
 capability query, imports without a GPU. GPU (L5): each module and entry point against the ops
@@ -13,10 +13,11 @@ import torch
 from torch import nn
 
 from codegen import nn as cnn
-from codegen import ops, reference, vllm
+from codegen import aiter, ops, reference, vllm
+from codegen.ops.quant import empty_scales
 from codegen.support import supported
 
-from .checks import assert_same, rel_err
+from .checks import assert_same, check_aiter_entry_points, rel_err
 
 gpu = pytest.mark.gpu
 
@@ -80,6 +81,46 @@ def test_bad_arguments_name_the_argument_before_any_gpu_work():
                                     torch.ones(1, 2))
 
 
+def test_aiter_arguments_the_kernels_lack_are_named_before_any_gpu_work():
+    x = torch.zeros(4, 128)
+    cases = [
+        (lambda: aiter.rms_norm(x, x[0], 1e-6, 1), "use_model_sensitive_rmsnorm"),
+        (lambda: aiter.rmsnorm2d_fwd_with_add(x, x, x, x, x[0], 1e-6, True), "gemma_norm"),
+        (lambda: aiter.rmsnorm2d_fwd_with_add(x, x, x, x[:2], x[0], 1e-6), "residual_out"),
+        (lambda: aiter.per_group_quant_hip(x, scale=torch.ones(1)), "scale: static"),
+        (lambda: aiter.per_group_quant_hip(x, num_rows=torch.ones(1)), "num_rows"),
+        (lambda: aiter.per_group_quant_hip(x, scale_type=torch.float16), "scale_type"),
+        (lambda: aiter.per_group_quant_hip(x), "quant_dtype: torch.int8"),
+        (lambda: aiter.per_group_quant_hip(x, quant_dtype=torch.float8_e4m3fn), "x: must be on"),
+        (lambda: aiter.get_hip_quant("per_Token"), "quant_type"),
+        (lambda: aiter.gemm_a8w8_blockscale(x, x, x, x, isBpreshuffled=True), "isBpreshuffled"),
+        (lambda: aiter.gemm_a8w8_blockscale(x, x, x, x, dtype=torch.float32), "dtype"),
+        (lambda: aiter.fused_rms_fp8_group_quant(x, x[0], 1e-6, x), "inp2_weight"),
+        (lambda: aiter.fused_rms_fp8_group_quant(x, x[0], 1e-6, dtype_quant=torch.int8),
+         "dtype_quant"),
+    ]
+    for call, name in cases:
+        with pytest.raises(ValueError, match=name):
+            call()
+
+
+@pytest.mark.parametrize("t", [1, 5, 8])
+def test_aiter_scales_are_the_column_major_buffer_behind_a_contiguous_view(t):
+    """transpose_scale: AITER's [T, G] tensor whose storage is column-major, the layout its
+    GEMMs with column-major x_scale read (in vLLM's test: s.t().contiguous().view_as(s))."""
+    g = 3
+    rows = torch.arange(t * g, dtype=torch.float32).view(t, g)
+    col = empty_scales(t, g, "col", rows)
+    col.copy_(rows)
+    s = aiter.aiter_scales(col, transpose_scale=True)
+    assert s.shape == (t, g) and s.is_contiguous()
+    assert s.data_ptr() == col.data_ptr()                        # a view: nothing copied
+    assert torch.equal(s, rows.t().contiguous().view(t, g))
+    assert torch.equal(s.view(-1), torch.tensor([rows[i, j] for j in range(g) for i in range(t)]))
+    assert aiter.aiter_scales(col, True, strided=True) is col
+    assert aiter.aiter_scales(rows, False) is rows
+
+
 def test_supported_answers_for_arch_names_and_without_a_gpu():
     s = supported("sm_90a")
     assert s.arch == "sm_90a" and set(s.why_not) >= {"gemm_a8w8_blockscale", "nn.BlockFP8Linear"}
@@ -94,7 +135,8 @@ def test_supported_answers_for_arch_names_and_without_a_gpu():
 
 
 def test_importing_everything_works_with_no_gpu_runtime():
-    code = ("import codegen, codegen.ops, codegen.nn, codegen.vllm, codegen.cli, codegen.emu; "
+    code = ("import codegen, codegen.ops, codegen.nn, codegen.vllm, codegen.aiter, codegen.cli, "
+            "codegen.emu; "
             "print(codegen.supported().why_not['rmsnorm'])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=dict(os.environ, CUDA_VISIBLE_DEVICES="", HIP_VISIBLE_DEVICES=""))
@@ -271,6 +313,29 @@ def test_vllm_block_scaled_mm():
     assert_same(c, layer(a), "block_scaled_mm vs BlockFP8Linear")
     c16 = vllm.w8a8_block_fp8_matmul(q, layer.weight, s, layer.weight_scale_inv, [128, 128])
     assert c16.dtype == torch.float16
+
+
+# ---- AITER-named entry points ----
+
+@gpu
+def test_aiter_entry_points():
+    check_aiter_entry_points("cuda")
+
+
+@gpu
+def test_aiter_entry_points_under_torch_compile():
+    x = torch.randn(9, 512, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(512, device="cuda", dtype=torch.bfloat16) + 0.5
+    fp8 = ops.per_token_group_quant_fp8(x, 128)[0].dtype
+
+    def f(x):
+        q, s = aiter.per_group_quant_hip(x, quant_dtype=fp8, transpose_scale=True)
+        (fq, fs), _, out2, _ = aiter.fused_rms_fp8_group_quant(x, w, 1e-6, x[:, :256],
+                                                                w[:256], 1e-6)
+        return q, s, fq, fs, out2, aiter.rms_norm(x, w, 1e-6)
+    for got, want in zip(torch.compile(f, fullgraph=True)(x), f(x)):
+        assert got.stride() == want.stride()
+        assert_same(got, want, "aiter under torch.compile")
 
 
 @gpu

@@ -1,0 +1,182 @@
+"""The ops under the names, argument order, keywords and defaults of AMD AITER's Python entry
+points that vLLM's ROCm path calls, so an engine written against AITER swaps implementations
+without touching its call sites:
+
+    from codegen.aiter import (rms_norm, rmsnorm2d_fwd, rmsnorm2d_fwd_with_add,
+                               fused_add_rms_norm_cu, per_group_quant_hip, get_hip_quant,
+                               gemm_a8w8_blockscale, fused_rms_fp8_group_quant)
+
+Each keeps its AITER namesake's return values, in-place conventions and scale layouts. AITER's
+FP8 max is torch.finfo(dtype).max, so these quantize with 240 on gfx942 (e4m3fnuz), where the
+ops default to 224, and 448 elsewhere. An argument asking for something the kernels do not do
+fails naming the argument. Numerics are this project's (NUMERICS.md): quantized values are
+x / scale, correctly rounded, where AITER multiplies by 1 / scale (the two differ by one FP8 step
+on rare elements).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from . import ops
+from .ops._common import check_tensor
+from .ops.quant import resolve_fp8
+from .vllm import _rows
+
+__all__ = ["rms_norm", "rmsnorm2d_fwd", "rmsnorm2d_fwd_with_add", "fused_add_rms_norm_cu",
+           "per_group_quant_hip", "get_hip_quant", "gemm_a8w8_blockscale",
+           "fused_rms_fp8_group_quant"]
+
+_FP8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+
+
+def _plain_norm(use_model_sensitive_rmsnorm, gemma_norm=False) -> None:
+    if use_model_sensitive_rmsnorm:
+        raise ValueError(f"use_model_sensitive_rmsnorm: {use_model_sensitive_rmsnorm}; only 0 "
+                         f"(x * rsqrt(mean(x^2) + eps) * weight in fp32) is supported")
+    if gemma_norm:
+        raise ValueError("gemma_norm: the (1 + weight) form is not supported")
+
+
+def _fp8_max(x: torch.Tensor, x_name: str, dtype, name: str) -> float:
+    """AITER's FP8 max for dtype, torch.finfo(dtype).max, once dtype is known to be the FP8
+    format of x's device (None: that format)."""
+    if dtype is not None and dtype not in _FP8:
+        raise ValueError(f"{name}: {dtype}; the kernels write FP8 (torch.float8_e4m3fn, or "
+                         f"torch.float8_e4m3fnuz on gfx942)")
+    check_tensor(x_name, x)
+    device_dtype = resolve_fp8(x, None, None)[0]
+    if dtype is not None and dtype != device_dtype:
+        raise ValueError(f"{name}: {dtype} is not this device's FP8 format ({device_dtype})")
+    return torch.finfo(device_dtype).max
+
+
+def aiter_scales(s: torch.Tensor, transpose_scale: bool, strided: bool = False) -> torch.Tensor:
+    """Scales as AITER returns them, from the ops' "row" or "col" layouts. transpose_scale: the
+    column-major buffer seen through a contiguous [T, G] view (element (t, g) lies at g * T + t,
+    not at [t, g]), as AITER's GEMMs with column-major x_scale read it; with strided, the
+    column-major tensor itself (strides (1, T))."""
+    if not transpose_scale or strided:
+        return s
+    return s.t().view(s.shape)
+
+
+def rms_norm(input: torch.Tensor, weight: torch.Tensor, epsilon: float,
+             use_model_sensitive_rmsnorm: int = 0) -> torch.Tensor:
+    """aiter.rms_norm: a new tensor, input's shape and dtype, rmsnorm(input) * weight."""
+    _plain_norm(use_model_sensitive_rmsnorm)
+    return ops.rmsnorm(_rows(input), weight, epsilon).view(input.shape)
+
+
+rmsnorm2d_fwd = rms_norm     # the same entry point under its older name
+
+
+def rmsnorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
+                           residual_out: torch.Tensor, weight: torch.Tensor, epsilon: float,
+                           gemma_norm: bool = False, use_model_sensitive_rmsnorm: int = 0) -> None:
+    """aiter.rmsnorm2d_fwd_with_add: residual_out = input + residual_in, out =
+    rmsnorm(residual_out) * weight; input and residual_in are only read. The kernel adds in
+    place, so residual_in is copied into residual_out first unless they are the same tensor."""
+    _plain_norm(use_model_sensitive_rmsnorm, gemma_norm)
+    if residual_out is not residual_in:
+        if residual_out.shape != residual_in.shape:
+            raise ValueError(f"residual_out: shape {tuple(residual_out.shape)}, expected "
+                             f"residual_in's {tuple(residual_in.shape)}")
+        residual_out.copy_(residual_in)
+    ops.fused_add_rmsnorm(_rows(input), _rows(residual_out, written=True), weight, epsilon,
+                          out=_rows(out, written=True))
+
+
+def fused_add_rms_norm_cu(input: torch.Tensor, residual_in: torch.Tensor, weight: torch.Tensor,
+                          epsilon: float) -> None:
+    """aiter.fused_add_rms_norm_cu, in place: residual_in = input + residual_in, then input =
+    rmsnorm(residual_in) * weight."""
+    x = _rows(input, written=True)
+    ops.fused_add_rmsnorm(x, _rows(residual_in, written=True), weight, epsilon, out=x)
+
+
+def per_group_quant_hip(x: torch.Tensor, scale: torch.Tensor | None = None,
+                        quant_dtype: torch.dtype = torch.int8, group_size: int = 128,
+                        transpose_scale: bool = False, num_rows: torch.Tensor | None = None,
+                        num_rows_factor: int = 1, scale_type: torch.dtype = torch.float32
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """aiter's per-group quant (get_hip_quant(QuantType.per_1x128)): x [..., K] -> (y [..., K]
+    quant_dtype, scale fp32 [..., K / group_size]); transpose_scale: the scales column-major
+    behind the same shape (aiter_scales). quant_dtype must be the device's FP8 format (AITER's
+    default, int8, is not built here); dynamic scales only, as AITER's."""
+    if scale is not None:
+        raise ValueError("scale: static scales are not supported (dynamic quant only)")
+    if num_rows is not None or num_rows_factor != 1:
+        raise ValueError("num_rows: a device-side row count is not supported; pass x's valid rows")
+    if scale_type != torch.float32:
+        raise ValueError(f"scale_type: {scale_type}; the scales are torch.float32")
+    fp8_max = _fp8_max(x, "x", quant_dtype, "quant_dtype")
+    y, s = ops.per_token_group_quant_fp8(_rows(x), group_size, fp8_dtype=quant_dtype, fp8_max=fp8_max,
+                                         scale_layout="col" if transpose_scale else "row")
+    s = aiter_scales(s, transpose_scale)
+    return y.view(x.shape), s.view(*x.shape[:-1], s.shape[-1])
+
+
+def get_hip_quant(quant_type):
+    """aiter.get_hip_quant: the quant function for a QuantType; per_1x128 only (the enum member
+    from aiter, or its name)."""
+    name = getattr(quant_type, "name", quant_type)
+    if name != "per_1x128":
+        raise ValueError(f"quant_type: {quant_type}; only per_1x128 (1 x 128 groups) is built")
+    return functools.partial(per_group_quant_hip, group_size=128)
+
+
+def gemm_a8w8_blockscale(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tensor,
+                         w_scale: torch.Tensor, dtype: torch.dtype = torch.bfloat16,
+                         isBpreshuffled: bool = False) -> torch.Tensor:
+    """aiter.gemm_a8w8_blockscale: Y [M, N] dtype (bf16 or fp16) = XQ [M, K] @ WQ [N, K]^T
+    with x_scale [M, K/128] per token and 128 columns, w_scale [N/128, K/128] per 128 x 128
+    block. x_scale may be in any strides (AITER's CK kernel takes row-major only). Computed in
+    bf16, then converted to fp16 if asked."""
+    if isBpreshuffled:
+        raise ValueError("isBpreshuffled: pre-shuffled weights are not supported; pass WQ [N, K]")
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype: {dtype}; expected torch.bfloat16 or torch.float16")
+    y = ops.gemm_a8w8_blockscale(XQ, x_scale, WQ, w_scale)
+    return y if dtype == torch.bfloat16 else y.to(dtype)
+
+
+def fused_rms_fp8_group_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp1_epsilon: float,
+                              inp2: torch.Tensor | None = None,
+                              inp2_weight: torch.Tensor | None = None,
+                              inp2_epsilon: float | None = None, group_size: int = 128,
+                              dtype_quant: torch.dtype | None = None,
+                              res1: torch.Tensor | None = None,
+                              output_unquantized_inp1: bool = False,
+                              transpose_scale: bool = False, is_x_scale_strided: bool = False):
+    """aiter.ops.triton.quant.fused_fp8_quant.fused_rms_fp8_group_quant. Returns
+    ((out1_fp8, out1_bs), out1, out2, out_res1):
+    - out1_fp8 [M, N1] and out1_bs fp32 [M, N1 / group_size]: rmsnorm(inp1 (+ res1)) * weight in
+      fp32, group-quantized (group_size 64 or 128); transpose_scale / is_x_scale_strided as
+      aiter_scales;
+    - out1: the same normalized values in inp1's dtype if output_unquantized_inp1, else None;
+    - out2: rmsnorm(inp2) * inp2_weight (not quantized, no residual) if inp2 is given, else None;
+    - out_res1: inp1 + res1 if res1 is given, else None.
+    Every output is new; no input is written. With inp2 and nothing that the one-launch MLA kernel
+    lacks (a residual, the unquantized copy, a second epsilon, rows over 8192), one launch."""
+    if inp2 is not None and (inp2_weight is None or inp2_epsilon is None):
+        raise ValueError("inp2_weight, inp2_epsilon: required with inp2")
+    fp8_max = _fp8_max(inp1, "inp1", dtype_quant, "dtype_quant")
+    layout = "col" if transpose_scale else "row"
+    out_res1 = res1.clone(memory_format=torch.contiguous_format) if res1 is not None else None
+    dual = (inp2 is not None and res1 is None and not output_unquantized_inp1
+            and inp2_epsilon == inp1_epsilon and inp2.dtype == inp1.dtype
+            and inp1.shape[-1] <= 8192 and inp2.shape[-1] <= 8192 and inp2.shape[-1] % 8 == 0)
+    if dual:
+        q, s, out2 = ops.dual_rmsnorm_group_quant(inp1, inp1_weight, inp2, inp2_weight,
+                                                  inp1_epsilon, group_size, scale_layout=layout,
+                                                  fp8_max=fp8_max)
+        out1 = None
+    else:
+        r = ops.rmsnorm_group_quant(inp1, inp1_weight, inp1_epsilon, group_size,
+                                    residual=out_res1, scale_layout=layout, fp8_max=fp8_max,
+                                    also_return_unquantized=output_unquantized_inp1)
+        q, s, out1 = r if output_unquantized_inp1 else (*r, None)
+        out2 = ops.rmsnorm(inp2, inp2_weight, inp2_epsilon) if inp2 is not None else None
+    return (q, aiter_scales(s, transpose_scale, is_x_scale_strided)), out1, out2, out_res1
