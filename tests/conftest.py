@@ -81,7 +81,7 @@ def pytest_terminal_summary(terminalreporter):
     rows: dict[tuple, dict] = {}
     for r in reports:
         name, _, params = r.nodeid.split("::")[1].partition("[")
-        arch = next((a for a in ("gfx942", "gfx950", "gfx1200", "gfx1201")
+        arch = next((a for a in ("gfx942", "gfx950", "gfx1200", "gfx1201", "gfx1100", "gfx90a")
                      if a in params or a in name), "-")
         family = next(f for prefix, f in _EMU_FAMILIES if name.startswith(prefix))
         row = rows.setdefault((arch, family), dict(variants=set(), cases=0, failed=0, time=0.0))

@@ -25,6 +25,9 @@ pytestmark = pytest.mark.emu
 
 # gfx1200 runs the same code as gfx1201 (test_isa.py::test_gfx1200_code_is_gfx1201s).
 ARCHS = ["gfx942", "gfx950", "gfx1201"]
+# RMSNorm's targets without FP8 too: gfx1100 on the RDNA3 model, gfx90a on the CDNA one
+# (test_emu_rmsnorm_gfx90a_code_decodes_as_cdna3)
+NORM_ARCHS = [*ARCHS, "gfx1100", "gfx90a"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 EPS = 1e-6
 _sessions: dict = {}
@@ -169,7 +172,7 @@ def data(t, h, dtype):
     return (x.clamp(-3e4, 3e4) if dtype == torch.float16 else x).to(dtype)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", NORM_ARCHS)
 def test_emu_rmsnorm_tiers(arch):
     """Every row tier, bf16: bit-exact against the fp32 kernel (the same sum order) and within
     1 ulp of the reference; fused_add_rmsnorm on every other tier."""
@@ -188,7 +191,7 @@ def test_emu_rmsnorm_tiers(arch):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", NORM_ARCHS)
 def test_emu_rmsnorm_dtypes_and_scalar_path(arch, dtype):
     """Each dtype on 16-byte rows and on the scalar path (rows not 16-byte aligned, odd H),
     strided rows, fp32 past its one-pass tiers."""
@@ -207,7 +210,7 @@ def test_emu_rmsnorm_dtypes_and_scalar_path(arch, dtype):
         check_ulps("emu_rmsnorm_two_pass", ops.rmsnorm(x, w, EPS), reference.rmsnorm(x, w, EPS))
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", NORM_ARCHS)
 def test_emu_rmsnorm_keeps_the_sign_of_zero(arch):
     """y = dtype(x * rstd * w) of x = -0 is -0 in every dtype and path (the backend once folded
     the fp16 multiply into an fma with a +0 addend)."""
@@ -219,6 +222,30 @@ def test_emu_rmsnorm_keeps_the_sign_of_zero(arch):
             zero = x == 0
             y = ops.rmsnorm(x, w, EPS)
             assert_same(y[zero], x[zero], f"{dt}: signs of zero")
+
+
+def test_emu_rmsnorm_gfx90a_code_decodes_as_cdna3():
+    """gfx90a's RMSNorm code objects run on the emulator's CDNA model (CDNA3 / CDNA4 encodings):
+    every instruction in them disassembles the same for gfx942 as for gfx90a."""
+    import shutil
+    import subprocess
+
+    from codegen.build.jit import compile_variant
+    from codegen.spec import enumerate_variants
+
+    objdump = shutil.which("llvm-objdump-22") or shutil.which("llvm-objdump")
+    if objdump is None:
+        pytest.skip("no llvm-objdump")
+    for v in enumerate_variants("rmsnorm", get_target("gfx90a")):
+        co = compile_variant(v, emu=True) / f"{v.uri}.co"
+
+        def text(cpu):
+            out = subprocess.run([objdump, "-d", f"--mcpu={cpu}", str(co)], check=True,
+                                 capture_output=True, text=True).stdout
+            return [line.split("//")[0].strip() for line in out.splitlines()
+                    if line.startswith("\t")]
+        gfx90a = text("gfx90a")
+        assert gfx90a and gfx90a == text("gfx942"), v.uri
 
 
 RGQ = [("bf16", 128, "row", False, False, 5, 1536), ("bf16", 128, "col_tma", False, True, 3, 4096),
@@ -430,6 +457,19 @@ def test_emu_gap_wmma_fp8_and_global_inv_gfx1201():
     with gaps.disabled("wmma_fp8"):
         out = ops.gemm_a8w8_blockscale(a, sa, b, sb)
     assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5
+
+
+def test_emu_gap_buffer_gl0_inv_gfx1100():
+    """gfx1100's BUFFER_GL0_INV (the cache invalidation of a workgroup-scope acquire after a
+    barrier) is a cache operation; the emulator's RDNA3 decoder has no MUBUF format for it."""
+    from codegen.emu import gaps
+
+    on("gfx1100")
+    x, w = data(3, 4096, torch.bfloat16), weight(4096, torch.bfloat16)
+    with gaps.disabled("global_inv"):
+        with pytest.raises(ValueError, match="unknown rdna3 format word=0xe0ac0000"):
+            ops.rmsnorm(x, w, EPS)
+    check_ulps("emu_rmsnorm", ops.rmsnorm(x, w, EPS), reference.rmsnorm(x, w, EPS))
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])

@@ -25,7 +25,8 @@ from .codeobject import CodeObject, Kernel
 
 # The emulator model that runs each target's code objects. gfx942 runs on the CDNA4 model
 # (the same encodings for everything our kernels use) with FNUZ fp8 (codegen.emu.gaps).
-MODELS = {"gfx942": "cdna", "gfx950": "cdna", "gfx1200": "rdna4", "gfx1201": "rdna4"}
+MODELS = {"gfx942": "cdna", "gfx950": "cdna", "gfx1200": "rdna4", "gfx1201": "rdna4",
+          "gfx1100": "rdna3", "gfx90a": "cdna"}
 TINYGRAD_COMMIT = "a9069c177a9da9cca18593edf55acd2e6073cca6"
 HOW_TO_GET = (
     "set CODEGEN_AMD_EMULATOR to a folder holding tinygrad at commit "
@@ -190,6 +191,10 @@ class Module:
                 user += [base & 0xFFFFFFFF, base >> 32] if what == "kernarg_segment_ptr" \
                     else [0] * count
         shift, mask = _RSRC2_USER_SGPR_COUNT
+        if self.device.arch.startswith("gfx11"):
+            # LLVM pads gfx11's user SGPRs to 15 (a hardware bug needs 16 user + system SGPRs
+            # set up); the padding holds nothing the code reads
+            user += [0] * max(0, ((k.rsrc2 >> shift) & mask) - len(user))
         if len(user) != (k.rsrc2 >> shift) & mask:
             raise NotImplementedError(f"{k.name}: user SGPRs {k.rsrc2 >> shift & mask} != "
                                       f"the {len(user)} its code properties ask for")

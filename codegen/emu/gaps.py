@@ -351,6 +351,10 @@ _LD_SCALE_WORD = (0b110100111 << 7) | 44      # bits 31:16 of V_MFMA_LD_SCALE_B3
 
 def _decode(original):
     def decode_inst(data, arch="rdna3"):
+        if arch == "rdna3" and on("global_inv"):
+            inst = _rdna3_cache_op(data)
+            if inst is not None:
+                return inst
         inst = original(data, arch)
         if (on("mfma_x2_decode") and type(inst).__name__ == "VOP3PX2"
                 and int.from_bytes(data[:4], "little") >> 16 != _LD_SCALE_WORD):
@@ -361,11 +365,24 @@ def _decode(original):
     return decode_inst
 
 
-# ---- RDNA4 GLOBAL_INV / GLOBAL_WB / GLOBAL_WBINV ----
+# ---- cache invalidations: RDNA4 GLOBAL_INV / GLOBAL_WB / GLOBAL_WBINV, RDNA3 BUFFER_GL*_INV ----
 # RDNA4 ISA: GLOBAL_INV "invalidate the cache(s) ... at the scope given"; GLOBAL_WB writes back
-# dirty lines. They move no data between registers and memory, and the emulator has no caches:
-# for it they are no-ops (its RDNA4 model has no entry for them and stops).
-_CACHE_OPS = ("GLOBAL_INV", "GLOBAL_WB", "GLOBAL_WBINV")
+# dirty lines. RDNA3 ISA: BUFFER_GL0_INV / BUFFER_GL1_INV invalidate the GL0 / GL1 caches (what a
+# workgroup-scope acquire emits after a barrier in WGP mode). They move no data between registers
+# and memory, and the emulator has no caches: for it they are no-ops (its RDNA4 model has no
+# entry for the first ones and stops; its RDNA3 decoder has no MUBUF format and stops).
+_CACHE_OPS = ("GLOBAL_INV", "GLOBAL_WB", "GLOBAL_WBINV", "BUFFER_GL0_INV", "BUFFER_GL1_INV")
+
+
+def _rdna3_cache_op(data):
+    """RDNA3's BUFFER_GL0_INV / BUFFER_GL1_INV decoded as its MUBUF instruction, else None."""
+    from tinygrad.runtime.autogen.amd.rdna3 import ins
+
+    word = int.from_bytes(data[:4], "little")
+    ops = (ins.MUBUFOp.BUFFER_GL0_INV.value, ins.MUBUFOp.BUFFER_GL1_INV.value)
+    if word >> 26 != 0b111000 or (word >> 18) & 0xFF not in ops:
+        return None
+    return ins.MUBUF.from_bytes(data)
 
 
 # ---- LDS addresses of lanes EXEC leaves out ----
@@ -458,6 +475,9 @@ def install(emu) -> None:
     emu._compile_mfma = _mfma(emu._compile_mfma)
     emu.decode_inst = _decode(emu.decode_inst)
     mem, vop, vop3p = emu._compile_mem_op, emu._compile_vop12, emu._compile_vop3p
+    from tinygrad.runtime.autogen.amd.rdna3 import ins as rdna3
+
+    emu._INST_HANDLERS.setdefault(rdna3.MUBUF, mem)     # its cache invalidations, above
     for kind, handler in list(emu._INST_HANDLERS.items()):
         if handler is mem:
             emu._INST_HANDLERS[kind] = _mem_op(mem)
