@@ -459,6 +459,21 @@ def test_emu_gap_wmma_fp8_and_global_inv_gfx1201():
     assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5
 
 
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_emu_gap_dpp_in_place(arch):
+    """A DPP instruction whose destination is its source (v_add_f32_dpp v1, v1, v1
+    quad_perm:[2,3,0,1]: the row sums' butterfly) reads every lane before it writes; the
+    emulator wrote lane by lane, so later lanes added their partners' new sums."""
+    from codegen.emu import gaps
+
+    on(arch)
+    x, w = data(3, 64, torch.float32), weight(64, torch.float32)
+    ref = reference.rmsnorm(x, w, EPS)
+    with gaps.disabled("dpp_in_place"):
+        assert rel_err(ops.rmsnorm(x, w, EPS), ref) > 0.01
+    check_ulps("emu_rmsnorm", ops.rmsnorm(x, w, EPS), ref)
+
+
 def test_emu_gap_buffer_gl0_inv_gfx1100():
     """gfx1100's BUFFER_GL0_INV (the cache invalidation of a workgroup-scope acquire after a
     barrier) is a cache operation; the emulator's RDNA3 decoder has no MUBUF format for it."""

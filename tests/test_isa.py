@@ -51,6 +51,18 @@ def test_quant_isa(generated, arch):
         # every variant reads its input with 16-byte loads
         assert counts[LOAD128[arch]] > 0, r["uri"]
         assert r["occupancy"] >= 4, (r["uri"], r["vgpr_count"])
+        # a group's amax moves between lanes as DPP operands: no LDS round trip (ds_bpermute)
+        # where a group spans at most a DPP row of 16 lanes (16-byte loads of 16-bit values)
+        lanes = r["params"]["group_size"] * (4 if r["params"]["dtype"] == "fp32" else 2) // 16
+        assert dpp_instructions(out / r["asm"]) > 0, r["uri"]
+        if lanes <= 16:
+            assert amd_instructions(out / r["asm"], "ds_bpermute_b32")["ds_bpermute_b32"] == 0, \
+                r["uri"]
+
+
+def dpp_instructions(asm) -> int:
+    """Instructions with a DPP lane exchange (quad_perm, row shifts / rotations)."""
+    return len(re.findall(r"^\s+v_\w+_dpp\b", asm.read_text(), re.M))
 
 
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])
@@ -101,6 +113,7 @@ def test_rmsnorm_isa(generated, arch):
     for r in norm:
         _resources_ok(r, arch)
         counts = amd_instructions(out / r["asm"], LOAD128[arch], STORE128[arch])
+        assert dpp_instructions(out / r["asm"]) > 0, r["uri"]    # row sums within 16 lanes
         if r["params"]["load"] == "vec16":
             # the main path reads and writes rows with 16-byte accesses
             assert counts[LOAD128[arch]] > 0 and counts[STORE128[arch]] > 0, r["uri"]

@@ -9,7 +9,8 @@ import contextlib
 import functools
 
 FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "fp8_dot4", "wmma_fp8", "mfma_32x32_out",
-         "mfma_acc_ab", "mfma_x2_decode", "global_inv", "float_denorm", "lds_inactive_lanes")
+         "mfma_acc_ab", "mfma_x2_decode", "global_inv", "float_denorm", "lds_inactive_lanes",
+         "dpp_in_place")
 _off: set[str] = set()
 _emu = None
 _state = {"format": "ocp", "ftz": True}
@@ -135,6 +136,8 @@ def _vop1(original):
         if (on("fp8_unpack") and type(inst).__name__ == "VOP1"
                 and _emu._op_name(inst) == "V_CVT_PK_F32_FP8_E32"):
             return _cvt_pk_f32_fp8(inst, ctx)
+        if on("dpp_in_place") and type(inst).__name__ in ("VOP1_DPP16", "VOP2_DPP16"):
+            return original(inst, _dpp_source_copied(ctx, inst))
         return original(inst, ctx)
     return compile_vop1
 
@@ -393,21 +396,49 @@ def _rdna3_cache_op(data):
 # LDS word 0.
 
 
-class _ActiveLaneAddresses:
-    """An instruction context whose reads of the DS address register give 0 for inactive lanes."""
-    __slots__ = ("_ctx", "_addr", "_exec")
+class _RegisterView:
+    """An instruction context whose reads of one register field go through read(lane, valid)."""
+    __slots__ = ("_ctx", "_reg", "_read")
 
-    def __init__(self, ctx, inst):
-        self._ctx, self._addr, self._exec = ctx, ctx.inst_field(type(inst).addr), ctx.rexec()
+    def __init__(self, ctx, reg, read):
+        self._ctx, self._reg, self._read = ctx, reg, read
 
     def __getattr__(self, name):
         return getattr(self._ctx, name)
 
     def rvgpr_dyn(self, reg, lane, valid=None):
-        value = self._ctx.rvgpr_dyn(reg, lane, valid)
-        if reg is not self._addr:
-            return value
-        return _emu._lane_active(self._exec, lane).where(value, value.const_like(0))
+        if reg is not self._reg:
+            return self._ctx.rvgpr_dyn(reg, lane, valid)
+        return self._read(lane, valid)
+
+
+def _active_lane_addresses(ctx, inst):
+    """ctx with the DS address register reading 0 for inactive lanes."""
+    addr, exec_mask = ctx.inst_field(type(inst).addr), ctx.rexec()
+
+    def read(lane, valid):
+        value = ctx.rvgpr_dyn(addr, lane, valid)
+        return _emu._lane_active(exec_mask, lane).where(value, value.const_like(0))
+    return _RegisterView(ctx, addr, read)
+
+
+# ---- DPP whose destination is its source ----
+# AMD ISA documents on DPP: the instruction reads every lane's shifted source before it writes
+# any lane, so `v_add_f32_dpp v1, v1, v1 quad_perm:[2,3,0,1]` adds the values v1 held before it.
+# The emulator reads and writes lane by lane in one loop, so where the destination is the
+# source, a lane whose source lane came earlier in the loop read that lane's new value. The
+# source register is now copied for every lane first.
+
+def _dpp_source_copied(ctx, inst):
+    """ctx with the DPP source register read from a copy taken before the instruction's writes."""
+    from tinygrad.dtype import AddrSpace, dtypes
+    from tinygrad.uop.ops import UOp
+
+    src = ctx.inst_field(type(inst).vsrc0)
+    lane = ctx.range()       # a lower axis id than the instruction's own lanes: runs first
+    copy = UOp.placeholder((ctx.wave_size,), dtypes.uint32, slot=0, addrspace=AddrSpace.LOCAL)
+    copy = copy.after(copy.index(lane).store(ctx.rvgpr_dyn(src, lane)).end(lane))
+    return _RegisterView(ctx, src, lambda lane, valid: copy.index(lane).load())
 
 
 def _mem_op(original):
@@ -420,7 +451,7 @@ def _mem_op(original):
         # (not the lane-exchange forms, whose ADDR names another lane's register, not LDS)
         if on("lds_inactive_lanes") and name.startswith("DS_") and not any(
                 x in name for x in ("PERMUTE", "SWIZZLE")):
-            return original(inst, _ActiveLaneAddresses(ctx, inst))
+            return original(inst, _active_lane_addresses(ctx, inst))
         return original(inst, ctx)
     return compile_mem_op
 

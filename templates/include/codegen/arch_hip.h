@@ -64,13 +64,27 @@ CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
                                                                 __builtin_bit_cast(u16x2, b)));
 }
 
+// v of lane (this lane ^ mask) within aligned groups of WIDTH lanes. Masks up to 8 stay inside a
+// DPP row (16 lanes) and move as DPP operands, one or two VALU instructions; wider ones take
+// ds_bpermute (__shfl_xor): address math and an LDS round trip the next step waits for. Callers
+// pass constant masks (unrolled loops), so the switch folds away.
 template <int WIDTH>
 CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
-  return uint32_t(__shfl_xor(int(v), mask, WIDTH));
+  const int x = int(v);
+  switch (mask) {
+    case 1: return uint32_t(__builtin_amdgcn_mov_dpp(x, 0xB1, 0xF, 0xF, true));  // quad_perm [1,0,3,2]
+    case 2: return uint32_t(__builtin_amdgcn_mov_dpp(x, 0x4E, 0xF, 0xF, true));  // quad_perm [2,3,0,1]
+    case 4: {  // banks (4 lanes) 0 and 2 of a row read 4 lanes on (row_shl:4), 1 and 3 4 back (row_shr:4)
+      const int up = __builtin_amdgcn_update_dpp(x, x, 0x104, 0xF, 0x5, false);
+      return uint32_t(__builtin_amdgcn_update_dpp(up, x, 0x114, 0xF, 0xA, false));
+    }
+    case 8: return uint32_t(__builtin_amdgcn_mov_dpp(x, 0x128, 0xF, 0xF, true));  // row_ror:8
+    default: return uint32_t(__shfl_xor(x, mask, WIDTH));
+  }
 }
 template <int WIDTH>
 CG_DEVICE float shfl_xor_f32(float v, int mask) {
-  return __shfl_xor(v, mask, WIDTH);
+  return bits_to_float(shfl_xor_u32<WIDTH>(float_to_bits(v), mask));
 }
 
 // Global -> LDS copies: a plain 16-byte load and store here (the wave waits for the load), so
