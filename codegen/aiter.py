@@ -132,8 +132,10 @@ def gemm_a8w8_blockscale(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tens
                          isBpreshuffled: bool = False) -> torch.Tensor:
     """aiter.gemm_a8w8_blockscale: Y [M, N] dtype (bf16 or fp16) = XQ [M, K] @ WQ [N, K]^T
     with x_scale [M, K/128] per token and 128 columns, w_scale [N/128, K/128] per 128 x 128
-    block. x_scale may be in any strides (AITER's CK kernel takes row-major only). Computed in
-    bf16, then converted to fp16 if asked."""
+    block. x_scale is read through its strides (AITER's CK kernel takes row-major only), so
+    per_group_quant_hip's transpose_scale=True form, column-major data behind row-major
+    strides, is misread here as it is there: pass row-major scales or a strided view. Computed
+    in bf16, then converted to fp16 if asked."""
     if isBpreshuffled:
         raise ValueError("isBpreshuffled: pre-shuffled weights are not supported; pass WQ [N, K]")
     if dtype not in (torch.bfloat16, torch.float16):
