@@ -112,7 +112,8 @@ def per_group_quant_hip(x: torch.Tensor, scale: torch.Tensor | None = None,
     if scale_type != torch.float32:
         raise ValueError(f"scale_type: {scale_type}; the scales are torch.float32")
     fp8_max = _fp8_max(x, "x", quant_dtype, "quant_dtype")
-    y, s = ops.per_token_group_quant_fp8(_rows(x), group_size, fp8_dtype=quant_dtype, fp8_max=fp8_max,
+    y, s = ops.per_token_group_quant_fp8(_rows(x), group_size, fp8_dtype=quant_dtype,
+                                         fp8_max=fp8_max,
                                          scale_layout="col" if transpose_scale else "row")
     s = aiter_scales(s, transpose_scale)
     return y.view(x.shape), s.view(*x.shape[:-1], s.shape[-1])

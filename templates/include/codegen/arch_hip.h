@@ -72,13 +72,16 @@ template <int WIDTH>
 CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
   const int x = int(v);
   switch (mask) {
-    case 1: return uint32_t(__builtin_amdgcn_mov_dpp(x, 0xB1, 0xF, 0xF, true));  // quad_perm [1,0,3,2]
-    case 2: return uint32_t(__builtin_amdgcn_mov_dpp(x, 0x4E, 0xF, 0xF, true));  // quad_perm [2,3,0,1]
-    case 4: {  // banks (4 lanes) 0 and 2 of a row read 4 lanes on (row_shl:4), 1 and 3 4 back (row_shr:4)
+    case 1:  // quad_perm [1,0,3,2]
+      return uint32_t(__builtin_amdgcn_mov_dpp(x, 0xB1, 0xF, 0xF, true));
+    case 2:  // quad_perm [2,3,0,1]
+      return uint32_t(__builtin_amdgcn_mov_dpp(x, 0x4E, 0xF, 0xF, true));
+    case 4: {  // banks (4 lanes) 0 and 2 of a row read 4 lanes on (row_shl:4), 1 and 3 4 back
       const int up = __builtin_amdgcn_update_dpp(x, x, 0x104, 0xF, 0x5, false);
-      return uint32_t(__builtin_amdgcn_update_dpp(up, x, 0x114, 0xF, 0xA, false));
+      return uint32_t(__builtin_amdgcn_update_dpp(up, x, 0x114, 0xF, 0xA, false));  // row_shr:4
     }
-    case 8: return uint32_t(__builtin_amdgcn_mov_dpp(x, 0x128, 0xF, 0xF, true));  // row_ror:8
+    case 8:  // row_ror:8
+      return uint32_t(__builtin_amdgcn_mov_dpp(x, 0x128, 0xF, 0xF, true));
     default: return uint32_t(__shfl_xor(x, mask, WIDTH));
   }
 }
