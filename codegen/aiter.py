@@ -20,7 +20,7 @@ import functools
 import torch
 
 from . import ops
-from .ops._common import check_tensor
+from .ops._common import CACHES, check_tensor
 from .ops.quant import resolve_fp8
 from .vllm import _rows
 
@@ -28,7 +28,7 @@ __all__ = ["rms_norm", "rmsnorm2d_fwd", "rmsnorm2d_fwd_with_add", "fused_add_rms
            "per_group_quant_hip", "get_hip_quant", "gemm_a8w8_blockscale",
            "fused_rms_fp8_group_quant"]
 
-_FP8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+_FP8_MAX = {d: torch.finfo(d).max for d in (torch.float8_e4m3fn, torch.float8_e4m3fnuz)}
 
 
 def _plain_norm(use_model_sensitive_rmsnorm, gemma_norm=False) -> None:
@@ -39,17 +39,27 @@ def _plain_norm(use_model_sensitive_rmsnorm, gemma_norm=False) -> None:
         raise ValueError("gemma_norm: the (1 + weight) form is not supported")
 
 
+_fp8_max_seen: dict[tuple, float] = {}     # (CUDA / HIP device index, dtype) -> max
+CACHES.append(_fp8_max_seen)
+
+
 def _fp8_max(x: torch.Tensor, x_name: str, dtype, name: str) -> float:
     """AITER's FP8 max for dtype, torch.finfo(dtype).max, once dtype is known to be the FP8
     format of x's device (None: that format)."""
-    if dtype is not None and dtype not in _FP8:
+    key = (x.get_device(), dtype) if isinstance(x, torch.Tensor) and x.is_cuda else None
+    hit = _fp8_max_seen.get(key)
+    if hit is not None:
+        return hit
+    if dtype is not None and dtype not in _FP8_MAX:
         raise ValueError(f"{name}: {dtype}; the kernels write FP8 (torch.float8_e4m3fn, or "
                          f"torch.float8_e4m3fnuz on gfx942)")
     check_tensor(x_name, x)
     device_dtype = resolve_fp8(x, None, None)[0]
     if dtype is not None and dtype != device_dtype:
         raise ValueError(f"{name}: {dtype} is not this device's FP8 format ({device_dtype})")
-    return torch.finfo(device_dtype).max
+    if key is not None:
+        _fp8_max_seen[key] = _FP8_MAX[device_dtype]
+    return _FP8_MAX[device_dtype]
 
 
 def aiter_scales(s: torch.Tensor, transpose_scale: bool, strided: bool = False) -> torch.Tensor:
@@ -59,14 +69,15 @@ def aiter_scales(s: torch.Tensor, transpose_scale: bool, strided: bool = False) 
     column-major tensor itself (strides (1, T))."""
     if not transpose_scale or strided:
         return s
-    return s.t().view(s.shape)
+    return s.as_strided(s.shape, (s.shape[1], 1))     # the same storage, [G, T] read as [T, G]
 
 
 def rms_norm(input: torch.Tensor, weight: torch.Tensor, epsilon: float,
              use_model_sensitive_rmsnorm: int = 0) -> torch.Tensor:
     """aiter.rms_norm: a new tensor, input's shape and dtype, rmsnorm(input) * weight."""
     _plain_norm(use_model_sensitive_rmsnorm)
-    return ops.rmsnorm(_rows(input), weight, epsilon).view(input.shape)
+    y = ops.rmsnorm(_rows(input), weight, epsilon)
+    return y if input.dim() == 2 else y.view(input.shape)
 
 
 rmsnorm2d_fwd = rms_norm     # the same entry point under its older name
@@ -116,6 +127,8 @@ def per_group_quant_hip(x: torch.Tensor, scale: torch.Tensor | None = None,
                                          fp8_max=fp8_max,
                                          scale_layout="col" if transpose_scale else "row")
     s = aiter_scales(s, transpose_scale)
+    if x.dim() == 2:
+        return y, s
     return y.view(x.shape), s.view(*x.shape[:-1], s.shape[-1])
 
 
