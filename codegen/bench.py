@@ -505,9 +505,10 @@ def host_us(cases: dict, n=400, rounds=15) -> dict:
 
 def host_overhead() -> dict:
     """Wall time per eager call at T = 1 with the GPU left to run behind (the host is the
-    limit): every op, the modules and the vLLM entry points, against bare torch launches."""
+    limit): every op, the modules and the vLLM and AITER entry points, against bare torch
+    launches."""
+    from . import aiter, vllm
     from . import nn as cnn
-    from . import vllm
 
     bf = torch.bfloat16
     x = torch.randn(1, 1536, device="cuda", dtype=bf)
@@ -532,6 +533,10 @@ def host_overhead() -> dict:
         "nn.BlockFP8Linear.forward": lambda: lin(a),
         "vllm.rms_norm": lambda: vllm.rms_norm(y, x, w, 1e-6),
         "vllm.per_token_group_quant_fp8": lambda: vllm.per_token_group_quant_fp8(x, 128),
+        "aiter.rms_norm": lambda: aiter.rms_norm(x, w, 1e-6),
+        "aiter.per_group_quant_hip": lambda: aiter.per_group_quant_hip(x, quant_dtype=qa.dtype),
+        "aiter.gemm_a8w8_blockscale 1x2112x7168": lambda: aiter.gemm_a8w8_blockscale(
+            qa, lin.weight, sa, lin.weight_scale_inv),
     }
     us = host_us(cases)
     bare = us["torch.mul(out=)"]

@@ -237,7 +237,7 @@ def summary(run: dict) -> str:
     o = run.get("overhead", {}).get("overhead_us")
     if isinstance(o, dict):
         single = {k: v for k, v in o.items()
-                  if not k.startswith(("torch.", "nn.", "vllm.")) and "+" not in k}
+                  if not k.startswith(("torch.", "nn.", "vllm.", "aiter.")) and "+" not in k}
         lines.append(f"- host time per eager call of an op over a bare `torch.mul(out=)` "
                      f"launch: {_span(single.values(), '{:.1f}')} us; BlockFP8Linear.forward "
                      f"{o.get('nn.BlockFP8Linear.forward', float('nan')):.1f} us against "
