@@ -323,14 +323,16 @@ def gemm_inputs(arch, m, n, k):
 
 
 def gemm_configs(arch):
-    """The configs a build for arch compiles (the dispatch heuristic's), plus a swapped mma
-    tile (wider in N), an mma tile without split-K, one split 14 ways (a count that is not a
-    power of two) and a second lds tile, where valid."""
+    """The configs a build for arch compiles (the dispatch heuristic's and a tuned table's,
+    once there is one), plus a swapped mma tile (wider in N), an mma tile without split-K, one
+    split 14 ways (a count that is not a power of two), a second lds tile and the decode kernel
+    on 4 rows of A (on CDNA its FP8 sources reach v128 and up), where valid."""
     extra = [gemm_family.config("mma", 16, 32, split_k=2), gemm_family.config("mma", 32, 16),
              gemm_family.config("mma", 16, 16, split_k=14),
-             gemm_family.config("lds", 64, 64, stages=2)]
+             gemm_family.config("lds", 64, 64, stages=2),
+             gemm_family.config("gemv", 4, 1, split_k=2)]
     out = list(gemm_family.default_configs(arch))
-    for c in extra:
+    for c in [*gemm_family.table(arch).values(), *extra]:
         v = make_variant(gemm_family.FAMILY, arch, **c,
                          fp8=get_target(arch).fp8_format().token)
         if validate(v) is None and c not in out:
@@ -605,15 +607,19 @@ def test_emu_gap_mfma_32x32_accumulators(arch, atom):
         assert_rows_misplaced(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
 
 
-def test_emu_gap_mfma_acc_ab_gfx942():
-    """The 64 x 32 wave tile on v_mfma_f32_32x32x16_fp8_fp8 takes 264 registers, so the compiler
-    feeds the MFMA's A operand from AGPRs (its ACC bit); the emulator read VGPRs there."""
+@pytest.mark.parametrize("c,shape", [
+    (gemm_family.config("lds", 128, 64, stages=2, atom="32x32x16", wave_tile="w64x32"),
+     (131, 136, 272)),
+    (gemm_family.config("mma", 64, 64), (67, 136, 272))], ids=["32x32x16", "16x16x32"])
+def test_emu_gap_mfma_acc_ab_gfx942(c, shape):
+    """Tiles over 256 registers make the compiler feed an MFMA operand from AGPRs (its ACC bit):
+    the 64 x 32 wave tile on v_mfma_f32_32x32x16_fp8_fp8 (264 registers) its A, a 64 x 64 mma
+    tile on v_mfma_f32_16x16x32_fp8_fp8 (280) its B; the emulator read VGPRs there."""
     from codegen.emu import gaps
     from codegen.ops.gemm import gemm_with_config
 
     on("gfx942")
-    c = gemm_family.config("lds", 128, 64, stages=2, atom="32x32x16", wave_tile="w64x32")
-    a, sa, b, sb = gemm_inputs("gfx942", 131, 136, 272)
+    a, sa, b, sb = gemm_inputs("gfx942", *shape)
     check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
     with gaps.disabled("mfma_acc_ab"):
         out = gemm_with_config(a, sa, b, sb, c)

@@ -110,7 +110,10 @@ def _fp8_funcs(originals: dict) -> dict:
 # CDNA3 / CDNA4 / RDNA4 ISA, "V_CVT_PK_F32_FP8": converts two FP8 values, bytes 0 and 1 of the
 # selected 16-bit word of S0 (word 0 without SDWA / op_sel), into two f32 results in D and D+1.
 # The emulator's CDNA model stops on the 64-bit destination written in two halves ("multiple
-# stores"), its RDNA4 model on an operand it does not know. We compile the unselected form.
+# stores"), its RDNA4 model on an operand it does not know. We compile the unselected form. On
+# CDNA S0 is a 32-bit register, v128-v255 included; the emulator's 16-bit source read takes
+# those as the high halves of v0-v127 (RDNA's true16 encoding), which the 4-row decode GEMM's
+# conversions from v128 on came out as.
 
 def _cvt_pk_f32_fp8(inst, ctx):
     from test.mockgpu.amd import pcode
@@ -121,8 +124,11 @@ def _cvt_pk_f32_fp8(inst, ctx):
     lane, exec_mask = ctx.range(), ctx.rexec()
     vdst = ctx.inst_field(type(inst).vdst)
     literal = ctx.optional_field(inst, "literal")
-    s0, _ = _emu._load_vsrc0(ctx, inst, lane, inst.canonical_op_bits, literal, False, False,
-                             _u32(0))
+    if ctx.wave_size == 64:   # CDNA
+        s0 = ctx.rsrc_dyn(ctx.inst_field(type(inst).src0), lane, 32, literal=literal)
+    else:
+        s0, _ = _emu._load_vsrc0(ctx, inst, lane, inst.canonical_op_bits, literal, False, False,
+                                 _u32(0))
     s0 = s0.cast(dtypes.uint32) if s0.dtype != dtypes.uint32 else s0
     lo = cvt(s0 & _u32(0xFF)).bitcast(dtypes.uint32)
     hi = cvt((s0 >> _u32(8)) & _u32(0xFF)).bitcast(dtypes.uint32)
@@ -288,11 +294,17 @@ def _wmma(original):
 # shared by A and B gives the same sums, and the kernel feeds both alike.)
 # "mfma_acc_ab": the VOP3P-MAI encoding's ACC bits (59 for SrcA, 60 for SrcB, as LLVM encodes
 # them for gfx90a and later) say an operand is in AGPRs; the emulator reads VGPRs whatever they
-# say. The compiler puts A there when a tile needs more than 256 registers.
-_MFMA_32X32_FP8 = {"V_MFMA_F32_32X32X16_FP8_FP8": 8, "V_MFMA_F32_32X32X64_F8F6F4": 32}
+# say. The compiler puts A or B there when a tile needs more than 256 registers (the 64 x 32
+# lds wave tile on 32x32x16, 64 x 64 mma tiles on 16x16x32). The 16 x 16 form with an operand
+# there is compiled here too: A[i][k] is byte k % 8 of lane i + 16 (k / 8)'s operand, D row
+# 4 (lane / 16) + r in register r, column lane % 16 (the Calculator's layout, which the
+# emulator's own 16 x 16 path has right).
+# (rows, bytes of a row per lane) of each FP8 form compiled here
+_MFMA_FP8 = {"V_MFMA_F32_32X32X16_FP8_FP8": (32, 8), "V_MFMA_F32_32X32X64_F8F6F4": (32, 32),
+             "V_MFMA_F32_16X16X32_FP8_FP8": (16, 8)}
 
 
-def _mfma_32x32_fp8(inst, ctx, lane_bytes):
+def _mfma_fp8(inst, ctx, rows, lane_bytes):
     from test.mockgpu.amd import pcode
     from tinygrad.dtype import dtypes
     from tinygrad.uop.ops import UOp
@@ -310,7 +322,8 @@ def _mfma_32x32_fp8(inst, ctx, lane_bytes):
                                                                           ctx.wvgpr_dyn)
     c_in_regs = src2 >= _u32(256)                       # else an inline constant: 0
     c_base = src2 - _u32(256)
-    k_all = 2 * lane_bytes
+    groups = 64 // rows                                 # lanes holding one row, K-wise
+    k_all = groups * lane_bytes
     in_agprs = int(_emu._iattr(inst, "acc")) if on("mfma_acc_ab") else 0
 
     def lane(i):
@@ -318,15 +331,16 @@ def _mfma_32x32_fp8(inst, ctx, lane_bytes):
 
     def element(src, agpr, index, k):
         read = ctx.raccvgpr_dyn if agpr else ctx.rvgpr_dyn
-        word = read(src + _u32((k % lane_bytes) // 4), lane(index + 32 * (k // lane_bytes)))
+        word = read(src + _u32((k % lane_bytes) // 4), lane(index + rows * (k // lane_bytes)))
         return cvt((word >> _u32(8 * (k % 4))) & _u32(0xFF))
 
-    a = [[element(src0, in_agprs & 1, i, k) for k in range(k_all)] for i in range(32)]
-    b = [[element(src1, in_agprs & 2, j, k) for k in range(k_all)] for j in range(32)]
+    a = [[element(src0, in_agprs & 1, i, k) for k in range(k_all)] for i in range(rows)]
+    b = [[element(src1, in_agprs & 2, j, k) for k in range(k_all)] for j in range(rows)]
     stores = []
-    for i in range(32):
-        for j in range(32):
-            where, reg = lane(j + 32 * ((i // 4) % 2)), 4 * (i // 8) + i % 4
+    for i in range(rows):
+        for j in range(rows):
+            where = lane(j + rows * ((i // 4) % groups))
+            reg = 4 * (i // (4 * groups)) + i % 4
             c = c_in_regs.where(read_c(c_base + _u32(reg), where), _u32(0)).bitcast(
                 dtypes.float32)
             d = sum((a[i][k] * b[j][k] for k in range(1, k_all)), a[i][0] * b[j][0]) + c
@@ -337,8 +351,9 @@ def _mfma_32x32_fp8(inst, ctx, lane_bytes):
 def _mfma(original):
     def compile_mfma(inst, ctx):
         name = inst.op.name
-        if on("mfma_32x32_out") and name in _MFMA_32X32_FP8:
-            return _mfma_32x32_fp8(inst, ctx, _MFMA_32X32_FP8[name])
+        if name in _MFMA_FP8 and (on("mfma_32x32_out") if _MFMA_FP8[name][0] == 32 else
+                                  on("mfma_acc_ab") and int(_emu._iattr(inst, "acc"))):
+            return _mfma_fp8(inst, ctx, *_MFMA_FP8[name])
         return original(inst, ctx)
     return compile_mfma
 
