@@ -4,7 +4,7 @@ JOBS ?=
 
 EMULATOR ?= .emulator/tinygrad
 
-.PHONY: setup build test test-emu emulator bench clean
+.PHONY: setup build test test-emu test-emu-sweep emulator bench clean
 
 setup:
 	@PY=$(PY) sh tools/setup.sh
@@ -21,7 +21,14 @@ test-emu: setup
 	@$(PY) -c "import msgpack" 2>/dev/null || $(PY) -m pip install -q "msgpack>=1.0"
 	@mkdir -p .emulator/bin && ln -sf "$$(command -v clang-22)" .emulator/bin/clang
 	PATH="$(CURDIR)/.emulator/bin:$$PATH" CODEGEN_AMD_EMULATOR=$(EMULATOR) \
-	  $(PY) -m pytest -q -ra -m emu tests/test_emu.py
+	  $(PY) -m pytest -q -ra -m "emu and not emu_sweep" tests/test_emu.py
+
+# every GEMM config `python -m codegen.tune` may time on an AMD GPU, once each (about 20 min)
+test-emu-sweep: setup
+	@$(PY) -c "import msgpack" 2>/dev/null || $(PY) -m pip install -q "msgpack>=1.0"
+	@mkdir -p .emulator/bin && ln -sf "$$(command -v clang-22)" .emulator/bin/clang
+	PATH="$(CURDIR)/.emulator/bin:$$PATH" CODEGEN_AMD_EMULATOR=$(EMULATOR) \
+	  $(PY) -m pytest -q -ra -m emu_sweep tests/test_emu.py
 
 emulator:
 	@sh tools/get_emulator.sh $(TINYGRAD_GIT)

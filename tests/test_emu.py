@@ -375,6 +375,28 @@ def test_emu_gemm_configs(arch):
         check_gemm(out, a, sa, b, sb)
 
 
+@pytest.mark.emu_sweep
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_gemm_tuner_candidates(arch):
+    """Every config `python -m codegen.tune` may time on arch, once on a tail in M, N and K with
+    column-major (TMA-padded) activation scales (make test-emu-sweep: about 350 configs)."""
+    on(arch)
+    from codegen import tune
+    from codegen.ops.gemm import gemm_with_config
+
+    failed = []
+    for c in tune.candidates(arch):
+        m, n, k = (c["block_m"] + 3, c["block_n"] * 2 + 8, 128 * 2 + 16)
+        a, sa, b, sb = gemm_inputs(arch, m, n, k)
+        sa_col = torch.empty(sa.shape[1], -(-m // 4) * 4)[:, :m].t()
+        sa_col.copy_(sa)
+        try:
+            check_gemm(gemm_with_config(a, sa_col, b, sb, c), a, sa, b, sb)
+        except Exception as e:     # a wrong result, or the emulator stopping
+            failed.append(f"{config_id(c)}-s{c['stages']}: {type(e).__name__}: {e}")
+    assert not failed, failed
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_emu_gemm_takes_rmsnorm_quant_scales(arch):
     """rmsnorm_group_quant's col_tma scales consumed by the GEMM as they are."""
