@@ -498,6 +498,20 @@ def test_emu_gap_dpp_in_place(arch):
     check_ulps("emu_rmsnorm", ops.rmsnorm(x, w, EPS), ref)
 
 
+@pytest.mark.parametrize("arch", ["gfx1201", "gfx1100"])
+def test_emu_gap_permlane16_select(arch):
+    """v_permlanex16_b32 (the row sums' step 16 on wave32) takes its lane selects from S1 and S2,
+    here 0xfedcba98 as a literal; the emulator's own compile dropped the literal."""
+    from codegen.emu import gaps
+
+    on(arch)
+    x, w = data(3, 4096, torch.bfloat16), weight(4096, torch.bfloat16)
+    ref = reference.rmsnorm(x, w, EPS)
+    with gaps.disabled("permlane16_select"):
+        assert rel_err(ops.rmsnorm(x, w, EPS), ref) > 0.01
+    check_ulps("emu_rmsnorm", ops.rmsnorm(x, w, EPS), ref)
+
+
 def test_emu_gap_buffer_gl0_inv_gfx1100():
     """gfx1100's BUFFER_GL0_INV (the cache invalidation of a workgroup-scope acquire after a
     barrier) is a cache operation; the emulator's RDNA3 decoder has no MUBUF format for it."""

@@ -55,7 +55,7 @@ def test_quant_isa(generated, arch):
         # where a group spans at most a DPP row of 16 lanes (16-byte loads of 16-bit values)
         lanes = r["params"]["group_size"] * (4 if r["params"]["dtype"] == "fp32" else 2) // 16
         assert dpp_instructions(out / r["asm"]) > 0, r["uri"]
-        if lanes <= 16:
+        if lanes <= 16 or wave == 32:     # wave32: step 16 is v_permlanex16
             assert amd_instructions(out / r["asm"], "ds_bpermute_b32")["ds_bpermute_b32"] == 0, \
                 r["uri"]
 
@@ -114,6 +114,9 @@ def test_rmsnorm_isa(generated, arch):
         _resources_ok(r, arch)
         counts = amd_instructions(out / r["asm"], LOAD128[arch], STORE128[arch])
         assert dpp_instructions(out / r["asm"]) > 0, r["uri"]    # row sums within 16 lanes
+        if get_target(arch).wave_size == 32:      # and across the two rows of a wave32
+            assert amd_instructions(out / r["asm"], "ds_bpermute_b32")["ds_bpermute_b32"] == 0, \
+                r["uri"]
         if r["params"]["load"] == "vec16":
             # the main path reads and writes rows with 16-byte accesses
             assert counts[LOAD128[arch]] > 0 and counts[STORE128[arch]] > 0, r["uri"]

@@ -10,7 +10,7 @@ import functools
 
 FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "fp8_dot4", "wmma_fp8", "mfma_32x32_out",
          "mfma_acc_ab", "mfma_x2_decode", "global_inv", "float_denorm", "lds_inactive_lanes",
-         "dpp_in_place")
+         "dpp_in_place", "permlane16_select")
 _off: set[str] = set()
 _emu = None
 _state = {"format": "ocp", "ftz": True}
@@ -187,6 +187,48 @@ def _vop3p(original):
             return _dot4_f32_fp8(inst, ctx)
         return original(inst, ctx)
     return compile_vop3p
+
+
+# ---- RDNA V_PERMLANE16_B32 / V_PERMLANEX16_B32 ----
+# RDNA3 / RDNA4 ISA: lane i of each 16-lane row takes lane sel(i) of the same row (PERMLANE16)
+# or of the other row of its pair (PERMLANEX16), sel(i) being nibble i of {S2, S1}; S0 is read
+# for every lane before D is written. The emulator's compile of them reads S1 and S2 without
+# the instruction's literal, so a select given as a literal (as LLVM emits 0xfedcba98) came out
+# wrong. We compile them with FI and BC clear (as our code has them).
+
+def _permlane16(inst, ctx):
+    from tinygrad.dtype import AddrSpace, dtypes
+    from tinygrad.uop.ops import UOp
+
+    name = _emu._op_name(inst)
+    if int(_emu._iattr(inst, "opsel")):
+        raise RuntimeError(f"{name.lower()}: only FI = BC = 0 is emulated")
+    kind, exec_mask = type(inst), ctx.rexec()
+    literal = ctx.optional_field(inst, "literal")
+    sel_lo, sel_hi = (ctx.rsrc_dyn(ctx.inst_field(getattr(kind, f)), None, 32, literal=literal)
+                      for f in ("src1", "src2"))
+    src = ctx.inst_field(kind.src0) - _u32(256)
+    first = ctx.range()       # every lane's S0, before any lane's D
+    copy = UOp.placeholder((ctx.wave_size,), dtypes.uint32, slot=0, addrspace=AddrSpace.LOCAL)
+    copy = copy.after(copy.index(first).store(ctx.rvgpr_dyn(src, first)).end(first))
+    lane = ctx.range()
+    i = (lane % UOp.const(16, dtypes.int)).cast(dtypes.uint32)
+    sel = (i < _u32(8)).where(sel_lo >> (i * _u32(4)), sel_hi >> ((i - _u32(8)) * _u32(4)))
+    row = lane // UOp.const(16, dtypes.int)
+    if "X16" in name:
+        row = row ^ UOp.const(1, dtypes.int)
+    value = copy.index(row * UOp.const(16, dtypes.int) + (sel & _u32(15)).cast(dtypes.int)).load()
+    store = ctx.wvgpr_dyn(ctx.inst_field(kind.vdst), lane, value, exec_mask)
+    return UOp.sink(store.end(lane), *ctx.inc_pc())
+
+
+def _vop3(original):
+    def compile_vop3(inst, ctx):
+        if on("permlane16_select") and _emu._op_name(inst) in ("V_PERMLANE16_B32",
+                                                               "V_PERMLANEX16_B32"):
+            return _permlane16(inst, ctx)
+        return original(inst, ctx)
+    return compile_vop3
 
 
 # ---- per-format compiled-instruction caches ----
@@ -520,7 +562,8 @@ def install(emu) -> None:
     emu._compile_wmma = _wmma(emu._compile_wmma)
     emu._compile_mfma = _mfma(emu._compile_mfma)
     emu.decode_inst = _decode(emu.decode_inst)
-    mem, vop, vop3p = emu._compile_mem_op, emu._compile_vop12, emu._compile_vop3p
+    mem, vop, vop3, vop3p = (emu._compile_mem_op, emu._compile_vop12, emu._compile_vop3,
+                             emu._compile_vop3p)
     from tinygrad.runtime.autogen.amd.rdna3 import ins as rdna3
 
     emu._INST_HANDLERS.setdefault(rdna3.MUBUF, mem)     # its cache invalidations, above
@@ -529,6 +572,8 @@ def install(emu) -> None:
             emu._INST_HANDLERS[kind] = _mem_op(mem)
         elif handler is vop:
             emu._INST_HANDLERS[kind] = _vop1(vop)
+        elif handler is vop3:
+            emu._INST_HANDLERS[kind] = _vop3(vop3)
         elif handler is vop3p:
             emu._INST_HANDLERS[kind] = _vop3p(vop3p)
     emu._MXCSRContext = _FloatMode

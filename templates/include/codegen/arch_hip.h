@@ -65,9 +65,10 @@ CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
 }
 
 // v of lane (this lane ^ mask) within aligned groups of WIDTH lanes. Masks up to 8 stay inside a
-// DPP row (16 lanes) and move as DPP operands, one or two VALU instructions; wider ones take
-// ds_bpermute (__shfl_xor): address math and an LDS round trip the next step waits for. Callers
-// pass constant masks (unrolled loops), so the switch folds away.
+// DPP row (16 lanes) and move as DPP operands, one or two VALU instructions; 16 on the wave32
+// targets is v_permlanex16; the others take ds_bpermute (__shfl_xor): address math and an LDS
+// round trip the next step waits for. Callers pass constant masks (unrolled loops), so the
+// switch folds away.
 template <int WIDTH>
 CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
   const int x = int(v);
@@ -82,6 +83,10 @@ CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
     }
     case 8:  // row_ror:8
       return uint32_t(__builtin_amdgcn_mov_dpp(x, 0x128, 0xF, 0xF, true));
+#if defined(__gfx1100__) || defined(__gfx1200__) || defined(__gfx1201__)
+    case 16:  // wave32: the same lane of the other row
+      return uint32_t(__builtin_amdgcn_permlanex16(x, x, 0x76543210, 0xfedcba98, false, false));
+#endif
     default: return uint32_t(__shfl_xor(x, mask, WIDTH));
   }
 }
