@@ -345,6 +345,17 @@ def config_id(c) -> str:
     return f"{c['kernel']}{c['block_m']}x{c['block_n']}-sk{c['split_k']}{extra}"
 
 
+def check_config_on_tail(arch, c) -> None:
+    """Config c on a tail in M, N and K, with column-major (TMA-padded) activation scales."""
+    from codegen.ops.gemm import gemm_with_config
+
+    m, n, k = (c["block_m"] + 3, c["block_n"] * 2 + 8, 128 * 2 + 16)
+    a, sa, b, sb = gemm_inputs(arch, m, n, k)
+    sa_col = torch.empty(sa.shape[1], -(-m // 4) * 4)[:, :m].t()
+    sa_col.copy_(sa)
+    check_gemm(gemm_with_config(a, sa_col, b, sb, c), a, sa, b, sb)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_emu_gemm_dispatch(arch):
     """Through dispatch: the decode, small-M and large-M kernels, tails in M, N and K."""
@@ -364,15 +375,8 @@ def test_emu_gemm_configs(arch):
     """Every config the build compiles and the swap / split-K forms, on tails in M, N and K,
     with column-major (TMA-padded) activation scales."""
     on(arch)
-    from codegen.ops.gemm import gemm_with_config
-
     for c in gemm_configs(arch):
-        m, n, k = (c["block_m"] + 3, c["block_n"] * 2 + 8, 128 * 2 + 16)
-        a, sa, b, sb = gemm_inputs(arch, m, n, k)
-        sa_col = torch.empty(sa.shape[1], -(-m // 4) * 4)[:, :m].t()
-        sa_col.copy_(sa)
-        out = gemm_with_config(a, sa_col, b, sb, c)
-        check_gemm(out, a, sa, b, sb)
+        check_config_on_tail(arch, c)
 
 
 @pytest.mark.emu_sweep
@@ -382,16 +386,11 @@ def test_emu_gemm_tuner_candidates(arch):
     column-major (TMA-padded) activation scales (make test-emu-sweep: about 350 configs)."""
     on(arch)
     from codegen import tune
-    from codegen.ops.gemm import gemm_with_config
 
     failed = []
     for c in tune.candidates(arch):
-        m, n, k = (c["block_m"] + 3, c["block_n"] * 2 + 8, 128 * 2 + 16)
-        a, sa, b, sb = gemm_inputs(arch, m, n, k)
-        sa_col = torch.empty(sa.shape[1], -(-m // 4) * 4)[:, :m].t()
-        sa_col.copy_(sa)
         try:
-            check_gemm(gemm_with_config(a, sa_col, b, sb, c), a, sa, b, sb)
+            check_config_on_tail(arch, c)
         except Exception as e:     # a wrong result, or the emulator stopping
             failed.append(f"{config_id(c)}-s{c['stages']}: {type(e).__name__}: {e}")
     assert not failed, failed

@@ -197,7 +197,7 @@ def _vop3p(original):
 # wrong. We compile them with FI and BC clear (as our code has them).
 
 def _permlane16(inst, ctx):
-    from tinygrad.dtype import AddrSpace, dtypes
+    from tinygrad.dtype import dtypes
     from tinygrad.uop.ops import UOp
 
     name = _emu._op_name(inst)
@@ -207,10 +207,7 @@ def _permlane16(inst, ctx):
     literal = ctx.optional_field(inst, "literal")
     sel_lo, sel_hi = (ctx.rsrc_dyn(ctx.inst_field(getattr(kind, f)), None, 32, literal=literal)
                       for f in ("src1", "src2"))
-    src = ctx.inst_field(kind.src0) - _u32(256)
-    first = ctx.range()       # every lane's S0, before any lane's D
-    copy = UOp.placeholder((ctx.wave_size,), dtypes.uint32, slot=0, addrspace=AddrSpace.LOCAL)
-    copy = copy.after(copy.index(first).store(ctx.rvgpr_dyn(src, first)).end(first))
+    copy = _lanes_copied(ctx, ctx.inst_field(kind.src0) - _u32(256))
     lane = ctx.range()
     i = (lane % UOp.const(16, dtypes.int)).cast(dtypes.uint32)
     sel = (i < _u32(8)).where(sel_lo >> (i * _u32(4)), sel_hi >> ((i - _u32(8)) * _u32(4)))
@@ -486,15 +483,21 @@ def _active_lane_addresses(ctx, inst):
 # source, a lane whose source lane came earlier in the loop read that lane's new value. The
 # source register is now copied for every lane first.
 
-def _dpp_source_copied(ctx, inst):
-    """ctx with the DPP source register read from a copy taken before the instruction's writes."""
+def _lanes_copied(ctx, reg):
+    """Register reg of every lane, copied into a local array before the instruction writes
+    (call it before the instruction's own lane range: a lower axis id runs first)."""
     from tinygrad.dtype import AddrSpace, dtypes
     from tinygrad.uop.ops import UOp
 
-    src = ctx.inst_field(type(inst).vsrc0)
-    lane = ctx.range()       # a lower axis id than the instruction's own lanes: runs first
+    lane = ctx.range()
     copy = UOp.placeholder((ctx.wave_size,), dtypes.uint32, slot=0, addrspace=AddrSpace.LOCAL)
-    copy = copy.after(copy.index(lane).store(ctx.rvgpr_dyn(src, lane)).end(lane))
+    return copy.after(copy.index(lane).store(ctx.rvgpr_dyn(reg, lane)).end(lane))
+
+
+def _dpp_source_copied(ctx, inst):
+    """ctx with the DPP source register read from a copy taken before the instruction's writes."""
+    src = ctx.inst_field(type(inst).vsrc0)
+    copy = _lanes_copied(ctx, src)
     return _RegisterView(ctx, src, lambda lane, valid: copy.index(lane).load())
 
 
