@@ -87,16 +87,12 @@ def rmsnorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: 
                            residual_out: torch.Tensor, weight: torch.Tensor, epsilon: float,
                            gemma_norm: bool = False, use_model_sensitive_rmsnorm: int = 0) -> None:
     """aiter.rmsnorm2d_fwd_with_add: residual_out = input + residual_in, out =
-    rmsnorm(residual_out) * weight; input and residual_in are only read. The kernel adds in
-    place, so residual_in is copied into residual_out first unless they are the same tensor."""
+    rmsnorm(residual_out) * weight; input and residual_in are only read (one kernel, one pass
+    over each operand)."""
     _plain_norm(use_model_sensitive_rmsnorm, gemma_norm)
-    if residual_out is not residual_in:
-        if residual_out.shape != residual_in.shape:
-            raise ValueError(f"residual_out: shape {tuple(residual_out.shape)}, expected "
-                             f"residual_in's {tuple(residual_in.shape)}")
-        residual_out.copy_(residual_in)
-    ops.fused_add_rmsnorm(_rows(input), _rows(residual_out, written=True), weight, epsilon,
-                          out=_rows(out, written=True))
+    ops.fused_add_rmsnorm(_rows(input), _rows(residual_in), weight, epsilon,
+                          out=_rows(out, written=True),
+                          residual_out=_rows(residual_out, written=True))
 
 
 def fused_add_rms_norm_cu(input: torch.Tensor, residual_in: torch.Tensor, weight: torch.Tensor,
@@ -180,7 +176,8 @@ def fused_rms_fp8_group_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp
         raise ValueError("inp2_weight, inp2_epsilon: required with inp2")
     fp8_max = _fp8_max(inp1, "inp1", dtype_quant, "dtype_quant")
     layout = "col" if transpose_scale else "row"
-    out_res1 = res1.clone(memory_format=torch.contiguous_format) if res1 is not None else None
+    out_res1 = torch.empty_like(res1, memory_format=torch.contiguous_format) \
+        if res1 is not None else None
     dual = (inp2 is not None and res1 is None and not output_unquantized_inp1
             and inp2_epsilon == inp1_epsilon and inp2.dtype == inp1.dtype
             and inp1.shape[-1] <= 8192 and inp2.shape[-1] <= 8192 and inp2.shape[-1] % 8 == 0)
@@ -190,8 +187,8 @@ def fused_rms_fp8_group_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp
                                                   fp8_max=fp8_max)
         out1 = None
     else:
-        r = ops.rmsnorm_group_quant(inp1, inp1_weight, inp1_epsilon, group_size,
-                                    residual=out_res1, scale_layout=layout, fp8_max=fp8_max,
+        r = ops.rmsnorm_group_quant(inp1, inp1_weight, inp1_epsilon, group_size, residual=res1,
+                                    residual_out=out_res1, scale_layout=layout, fp8_max=fp8_max,
                                     also_return_unquantized=output_unquantized_inp1)
         q, s, out1 = r if output_unquantized_inp1 else (*r, None)
         out2 = ops.rmsnorm(inp2, inp2_weight, inp2_epsilon) if inp2 is not None else None

@@ -514,7 +514,7 @@ def host_overhead() -> dict:
     x = torch.randn(1, 1536, device="cuda", dtype=bf)
     w = torch.randn(1536, device="cuda", dtype=bf)
     kv, kw = torch.randn(1, 512, device="cuda", dtype=bf), torch.randn(512, device="cuda", dtype=bf)
-    res, y = torch.randn_like(x), torch.empty_like(x)
+    res, y, res_out = torch.randn_like(x), torch.empty_like(x), torch.empty_like(x)
     lin = cnn.BlockFP8Linear.from_linear(torch.nn.Linear(7168, 2112, bias=False, device="cuda"))
     a = torch.randn(1, 7168, device="cuda", dtype=bf)
     qa, sa = ops.per_token_group_quant_fp8(a)
@@ -534,6 +534,8 @@ def host_overhead() -> dict:
         "vllm.rms_norm": lambda: vllm.rms_norm(y, x, w, 1e-6),
         "vllm.per_token_group_quant_fp8": lambda: vllm.per_token_group_quant_fp8(x, 128),
         "aiter.rms_norm": lambda: aiter.rms_norm(x, w, 1e-6),
+        "aiter.rmsnorm2d_fwd_with_add": lambda: aiter.rmsnorm2d_fwd_with_add(
+            y, x, res, res_out, w, 1e-6),
         "aiter.per_group_quant_hip": lambda: aiter.per_group_quant_hip(x, quant_dtype=qa.dtype),
         "aiter.gemm_a8w8_blockscale 1x2112x7168": lambda: aiter.gemm_a8w8_blockscale(
             qa, lin.weight, sa, lin.weight_scale_inv),

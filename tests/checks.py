@@ -178,3 +178,62 @@ def check_aiter_entry_points(device: str) -> None:
     assert_same(y, ops.gemm_a8w8_blockscale(q, s, b, sb), "gemm_a8w8_blockscale")
     y16 = aiter.gemm_a8w8_blockscale(q, b, s, sb, dtype=torch.float16)
     assert_same(y16, y.to(torch.float16), "gemm_a8w8_blockscale fp16")
+
+
+def check_residual_out(device: str, hs, t: int, dtypes=(torch.bfloat16,), quant=True) -> None:
+    """fused_add_rmsnorm and rmsnorm_group_quant writing the sum to residual_out: the bits of the
+    in-place form, x and residual left as they were, residual_out's strided rows written and
+    nothing beside them; residual_out=residual is the in-place form. Rows of each length in hs
+    (multiples of 128 also take the fused quant if quant), then the scalar path (rows off 16
+    bytes)."""
+    from codegen import ops
+
+    from .gpu_data import poison_, rows_with_spread
+
+    eps = 1e-6
+    for dt in dtypes:
+        for h in hs:
+            x, res = (rows_with_spread(t, h, dt, device=device) for _ in range(2))
+            w = (torch.rand(h, device=device) + 0.5).to(dt)
+            x0, res0 = x.clone(), res.clone()
+            buf = poison_(torch.empty(t, h + 16, dtype=dt, device=device))
+            out = buf[:, 8:8 + h]                 # rows 16-byte aligned, stride past H
+            summed = res0.clone()
+            want = ops.fused_add_rmsnorm(x, summed, w, eps)
+            what = f"{dt} T={t} H={h}"
+            assert_same(ops.fused_add_rmsnorm(x, res, w, eps, residual_out=out), want,
+                        f"{what}: y")
+            assert_same(out, summed, f"{what}: residual_out")
+            assert bits(buf[:, :8]).eq(-1).all() and bits(buf[:, 8 + h:]).eq(-1).all(), \
+                f"{what}: written beside residual_out's rows"
+            assert_same(res, res0, f"{what}: residual left as it was")
+            assert_same(x, x0, f"{what}: x left as it was")
+            same = res0.clone()
+            assert_same(ops.fused_add_rmsnorm(x, same, w, eps, residual_out=same), want,
+                        f"{what}: residual_out=residual")
+            assert_same(same, summed, f"{what}: residual_out=residual, in place")
+            if not quant or h % 128 or dt == torch.float32:
+                continue
+            r_in_place = res0.clone()
+            q0, s0 = ops.rmsnorm_group_quant(x, w, eps, 128, residual=r_in_place)
+            poison_(buf)
+            q, s = ops.rmsnorm_group_quant(x, w, eps, 128, residual=res, residual_out=out)
+            assert_same(q, q0, f"{what}: fused quant q")
+            assert_same(s, s0, f"{what}: fused quant scales")
+            assert_same(out, r_in_place, f"{what}: fused quant residual_out")
+            assert_same(res, res0, f"{what}: fused quant residual left as it was")
+        # the scalar path: rows that start off 16 bytes
+        h = 1000
+        x, res = (rows_with_spread(t, h + 8, dt, device=device)[:, 3:3 + h] for _ in range(2))
+        w = (torch.rand(h, device=device) + 0.5).to(dt)
+        res0 = res.clone()
+        buf = poison_(torch.empty(t, h + 8, dtype=dt, device=device))
+        out = buf[:, 1:1 + h]
+        summed = res0.clone()
+        want = ops.fused_add_rmsnorm(x, summed, w, eps)
+        assert_same(ops.fused_add_rmsnorm(x, res, w, eps, residual_out=out), want,
+                    f"{dt} scalar path: y")
+        assert_same(out, summed, f"{dt} scalar path: residual_out")
+        assert_same(res, res0, f"{dt} scalar path: residual left as it was")
+        assert bits(buf[:, :1]).eq(-1).all() and bits(buf[:, 1 + h:]).eq(-1).all(), \
+            f"{dt} scalar path: written beside residual_out's rows"

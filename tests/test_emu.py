@@ -18,7 +18,7 @@ from codegen.spec import make_variant, validate
 from codegen.targets import get_target
 
 from .checks import (assert_quant_exact, assert_same, check_aiter_entry_points, check_fused_quant,
-                     check_gemm, check_ulps, quant_blocks, rel_err, ulps)
+                     check_gemm, check_residual_out, check_ulps, quant_blocks, rel_err, ulps)
 from .gpu_data import boundary_rows, rows_with_spread
 
 pytestmark = pytest.mark.emu
@@ -208,6 +208,17 @@ def test_emu_rmsnorm_dtypes_and_scalar_path(arch, dtype):
         h = tiers("fp32", get_target(arch).wave_size)[-2].cap * 8 + 512
         x, w = data(2, h, dt), weight(h, dt)
         check_ulps("emu_rmsnorm_two_pass", ops.rmsnorm(x, w, EPS), reference.rmsnorm(x, w, EPS))
+
+
+@pytest.mark.parametrize("arch", NORM_ARCHS)
+def test_emu_rmsnorm_residual_out(arch):
+    """The sum written to a residual_out apart from the residual: the in-place form's bits, the
+    inputs kept, nothing written beside its rows; one-pass, split and two-pass rows, and the
+    scalar path; bf16, and fp16 / fp32 on their own row tiers (the fused quant where built)."""
+    on(arch)
+    check_residual_out("cpu", (256, 1536, 3072, 17408), 3, quant=arch in ARCHS)
+    check_residual_out("cpu", (512, 16384 + 512), 2, (torch.float16, torch.float32),
+                       quant=arch in ARCHS)
 
 
 @pytest.mark.parametrize("arch", NORM_ARCHS)
@@ -413,8 +424,30 @@ def test_emu_gemm_takes_rmsnorm_quant_scales(arch):
 def test_emu_aiter_entry_points(arch):
     """Quant (FP8 max 240 on gfx942, as AITER's finfo), norms, fused norm + quant in one launch
     and in two, and the GEMM, each bit for bit the ops it is made of."""
-    on(arch)
+    s = on(arch)
     check_aiter_entry_points("cpu")
+    # the residual written apart by the norm's own launch: no copy or clone of it first
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from codegen import aiter
+
+    class TorchOps(TorchDispatchMode):
+        seen: list = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    x, res, w = data(5, 512, torch.bfloat16), data(5, 512, torch.bfloat16), weight(512,
+                                                                                   torch.bfloat16)
+    first = len(s.launches())
+    with TorchOps():
+        aiter.rmsnorm2d_fwd_with_add(torch.empty_like(x), x, res, torch.empty_like(res), w, EPS)
+        aiter.fused_rms_fp8_group_quant(x, w, EPS, res1=res)
+    assert not {"copy_", "clone", "_to_copy"} & set(TorchOps.seen), TorchOps.seen
+    names = [k.kernel for k in launched(s, first)]
+    assert len(names) == 2 and "rmsnorm_kernel" in names[0] and "rmsnorm_quant_kernel" in names[1], \
+        names
 
 
 # ---- the emulator's gaps (codegen.emu.gaps): each fix, and what goes wrong without it ----

@@ -23,14 +23,14 @@ float last_eps;
 #define P(i) last[i] = (int64_t)a##i
 int rec_quant(void* a0, void* a1, void* a2, int64_t a3, int64_t a4, int64_t a5, int64_t a6,
               int64_t a7, void* a8) { P(0); P(1); P(2); P(3); P(4); P(5); P(6); P(7); P(8); return 0; }
-int rec_norm(void* a0, void* a1, void* a2, void* a3, int64_t a4, int64_t a5, int64_t a6,
-             int64_t a7, float e, void* a8) {
-  P(0); P(1); P(2); P(3); P(4); P(5); P(6); P(7); P(8); last_eps = e; return 0; }
-int rec_norm_quant(void* a0, void* a1, void* a2, void* a3, void* a4, void* a5, int64_t a6,
-                   int64_t a7, int64_t a8, int64_t a9, int64_t a10, int64_t a11, float e,
-                   void* a12) {
-  P(0); P(1); P(2); P(3); P(4); P(5); P(6); P(7); P(8); P(9); P(10); P(11); P(12);
-  last_eps = e; return 0; }
+int rec_norm(void* a0, void* a1, void* a2, void* a3, void* a4, int64_t a5, int64_t a6,
+             int64_t a7, int64_t a8, int64_t a9, float e, void* a10) {
+  P(0); P(1); P(2); P(3); P(4); P(5); P(6); P(7); P(8); P(9); P(10); last_eps = e; return 0; }
+int rec_norm_quant(void* a0, void* a1, void* a2, void* a3, void* a4, void* a5, void* a6,
+                   int64_t a7, int64_t a8, int64_t a9, int64_t a10, int64_t a11, int64_t a12,
+                   int64_t a13, float e, void* a14) {
+  P(0); P(1); P(2); P(3); P(4); P(5); P(6); P(7); P(8); P(9); P(10); P(11); P(12); P(13);
+  P(14); last_eps = e; return 0; }
 int rec_dual(void* a0, void* a1, void* a2, void* a3, void* a4, void* a5, void* a6, int64_t a7,
              int64_t a8, int64_t a9, int64_t a10, int64_t a11, int64_t a12, int64_t a13,
              float e, void* a14) {
@@ -167,36 +167,51 @@ def test_quant(device, fast, lib, layout, t):
              lambda: fast.quant(pid, x), (1, 2))
 
 
-@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("residual", ["none", "in_place", "out"])
 def test_norm(device, fast, lib, residual):
-    x, w = torch.randn(6, 512).to(torch.bfloat16), torch.randn(512).to(torch.bfloat16)
-    r = torch.randn(6, 512).to(torch.bfloat16) if residual else None
-    name = "fused_add_rmsnorm" if residual else "rmsnorm"
+    bf = torch.bfloat16
+    x, w = torch.randn(6, 512).to(bf), torch.randn(512).to(bf)
+    r = torch.randn(6, 512).to(bf) if residual != "none" else None
+    ro = torch.empty(6, 1024, dtype=bf)[:, 512:] if residual == "out" else None   # strided rows
+    name = "fused_add_rmsnorm" if r is not None else "rmsnorm"
     pid = _fast.param_id((name, 1e-6))
-    fast.record(_fast.NORM, pid, (x, r, w), _addr(lib, "rec_norm"), "u", x.dtype, (), 1e-6)
-    run = (lambda: ops.fused_add_rmsnorm(x, r, w)) if residual else (lambda: ops.rmsnorm(x, w))
-    _compare(device, 9, run, lambda: fast.norm(pid, x, r, w, None), (3,))
+    fast.record(_fast.NORM, pid, (x, r, w, ro), _addr(lib, "rec_norm"), "u", x.dtype, (), 1e-6)
+    run = (lambda: ops.fused_add_rmsnorm(x, r, w, residual_out=ro)) if r is not None else (
+        lambda: ops.rmsnorm(x, w))
+    _compare(device, 11, run, lambda: fast.norm(pid, x, r, w, ro, None), (4,))
+    if ro is not None:
+        assert device.last(10)[2] == ro.data_ptr() and device.last(10)[9] == 2048
     y = torch.empty_like(x)
-    assert fast.norm(pid, x, r, w, y) is y and device.last(4)[3] == y.data_ptr()
-    assert fast.norm(pid, x, r, w, torch.empty(6, 256, dtype=x.dtype)) is None   # not x's shape
+    assert fast.norm(pid, x, r, w, ro, y) is y and device.last(5)[4] == y.data_ptr()
+    assert fast.norm(pid, x, r, w, ro, torch.empty(6, 256, dtype=x.dtype)) is None  # not x's shape
     # a row start off 16 bytes, a residual of other rows: the Python path's calls
     shifted = torch.empty(6 * 512 + 1, dtype=x.dtype)[1:].view(6, 512)
-    assert fast.norm(pid, shifted, r, w, None) is None
-    assert fast.norm(pid, x, r, torch.randn(256).to(x.dtype), None) is None   # another length
-    if residual:
-        assert fast.norm(pid, x, r[:4], w, None) is None
+    assert fast.norm(pid, shifted, r, w, ro, None) is None
+    assert fast.norm(pid, x, r, torch.randn(256).to(x.dtype), ro, None) is None  # another length
+    if ro is not None:
+        assert fast.norm(pid, x, r, w, ro[:4], None) is None
+        assert fast.norm(pid, x, r, w, None, None) is None     # in place: another plan
+    if r is not None:
+        assert fast.norm(pid, x, r[:4], w, ro, None) is None
     else:
-        assert fast.norm(pid, x[1:], r, w, None).shape == (5, 512)   # any row count, one plan
+        assert fast.norm(pid, x[1:], r, w, ro, None).shape == (5, 512)  # any row count, one plan
 
 
-@pytest.mark.parametrize("layout", ["row", "col_tma"])
-def test_norm_quant(device, fast, lib, layout):
-    x, w = torch.randn(3, 256).to(torch.bfloat16), torch.randn(256).to(torch.bfloat16)
+@pytest.mark.parametrize("layout,residual", [("row", "none"), ("col_tma", "none"),
+                                              ("row", "in_place"), ("row", "out")])
+def test_norm_quant(device, fast, lib, layout, residual):
+    bf = torch.bfloat16
+    x, w = torch.randn(3, 256).to(bf), torch.randn(256).to(bf)
+    r = torch.randn(3, 256).to(bf) if residual != "none" else None
+    ro = torch.empty(3, 256, dtype=bf) if residual == "out" else None
     pid = _fast.param_id(("rmsnorm_group_quant", 1e-6, 128, layout, False, None))
-    fast.record(_fast.NORM_QUANT, pid, (x, w, None), _addr(lib, "rec_norm_quant"), "u",
+    fast.record(_fast.NORM_QUANT, pid, (x, w, r, ro), _addr(lib, "rec_norm_quant"), "u",
                 torch.float8_e4m3fn, (2, _fast.LAYOUTS[layout], 0), 1e-6)
-    _compare(device, 13, lambda: ops.rmsnorm_group_quant(x, w, scale_layout=layout),
-             lambda: fast.norm_quant(pid, x, w, None), (3, 4))
+    _compare(device, 15, lambda: ops.rmsnorm_group_quant(x, w, scale_layout=layout, residual=r,
+                                                         residual_out=ro),
+             lambda: fast.norm_quant(pid, x, w, r, ro), (4, 5))
+    if ro is not None:
+        assert device.last(3)[2] == ro.data_ptr()
 
 
 def test_dual(device, fast, lib):

@@ -18,7 +18,8 @@ import torch
 from codegen import ops, reference
 from codegen.ops.quant import empty_scales
 
-from .checks import MEASURED, assert_same, check_fused_quant, check_ulps, check_vs_reference_quant
+from .checks import (MEASURED, assert_same, check_fused_quant, check_residual_out, check_ulps,
+                     check_vs_reference_quant)
 from .gpu_data import poison_pool, rows_with_spread
 
 pytestmark = pytest.mark.gpu
@@ -256,6 +257,14 @@ def test_dual_shapes(hq, hkv, t):
     assert_same(kvn, ops.rmsnorm(kv, kvw, EPS), "dual kv")
 
 
+# Rows of each tier kind; then more rows than fit on the device at once, where the launchers
+# stream rows through shared memory (rmsnorm_group_quant at 128 and 1536, rmsnorm at 16384).
+@pytest.mark.parametrize("t,hs", [(5, (256, 1536, 3072, 7168, 17408)), (40000, (128, 1536)),
+                                  (2048, (16384,))])
+def test_residual_out(t, hs):
+    check_residual_out("cuda", hs, t, (torch.bfloat16, torch.float16, torch.float32))
+
+
 # ---- torch.compile, graphs, errors ----
 
 def test_torch_compile_fullgraph():
@@ -270,6 +279,14 @@ def test_torch_compile_fullgraph():
     assert_same(g(x, r_compiled, w), ops.fused_add_rmsnorm(x, r_eager, w, EPS),
                 "compiled fused_add_rmsnorm")
     assert_same(r_compiled, r_eager, "compiled residual update")
+
+    r_out = torch.empty_like(r)
+    g = torch.compile(lambda a, res, b, out: ops.fused_add_rmsnorm(a, res, b, EPS,
+                                                                  residual_out=out),
+                      fullgraph=True)
+    assert_same(g(x, r, w, r_out), ops.fused_add_rmsnorm(x, r.clone(), w, EPS),
+                "compiled fused_add_rmsnorm, residual_out")
+    assert_same(r_out, r_eager, "compiled residual_out")
 
 
 def test_torch_compile_fused_quant_with_residual():
@@ -286,6 +303,13 @@ def test_torch_compile_fused_quant_with_residual():
     for a, b, what in zip(got, want, ("q", "scales", "y")):
         assert_same(a, b, f"compiled {what}")
     assert_same(r_compiled, r_eager, "compiled residual update")
+    r_out = torch.empty_like(r)
+    f = torch.compile(lambda a, b, res, out: ops.rmsnorm_group_quant(
+        a, b, EPS, 128, residual=res, residual_out=out, scale_layout="col_tma"),
+        fullgraph=True)
+    for a, b, what in zip(f(x, w, r, r_out), want, ("q", "scales")):
+        assert_same(a, b, f"compiled with residual_out: {what}")
+    assert_same(r_out, r_eager, "compiled residual_out")
 
 
 def test_graph_capture():

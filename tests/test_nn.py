@@ -86,7 +86,6 @@ def test_aiter_arguments_the_kernels_lack_are_named_before_any_gpu_work():
     cases = [
         (lambda: aiter.rms_norm(x, x[0], 1e-6, 1), "use_model_sensitive_rmsnorm"),
         (lambda: aiter.rmsnorm2d_fwd_with_add(x, x, x, x, x[0], 1e-6, True), "gemma_norm"),
-        (lambda: aiter.rmsnorm2d_fwd_with_add(x, x, x, x[:2], x[0], 1e-6), "residual_out"),
         (lambda: aiter.per_group_quant_hip(x, scale=torch.ones(1)), "scale: static"),
         (lambda: aiter.per_group_quant_hip(x, num_rows=torch.ones(1)), "num_rows"),
         (lambda: aiter.per_group_quant_hip(x, scale_type=torch.float16), "scale_type"),
@@ -102,6 +101,44 @@ def test_aiter_arguments_the_kernels_lack_are_named_before_any_gpu_work():
     for call, name in cases:
         with pytest.raises(ValueError, match=name):
             call()
+
+
+def test_residual_out_errors_name_the_argument():
+    """residual_out's checks, before any launch (a stand-in device that launches nothing)."""
+    from codegen.ops import _common
+
+    class NoLaunches:
+        arch = "gfx942"
+
+        def kernel(self, variant):
+            raise AssertionError(f"launched {variant.uri}")
+
+    x, w = torch.zeros(4, 256, dtype=torch.bfloat16), torch.ones(256, dtype=torch.bfloat16)
+    r = torch.zeros_like(x)
+    cases = [
+        (lambda: ops.fused_add_rmsnorm(x, r, w, residual_out=r[:2]), ValueError,
+         "residual_out: shape"),
+        (lambda: ops.fused_add_rmsnorm(x, r, w, residual_out=r.half()), TypeError,
+         "residual_out: dtype"),
+        (lambda: ops.fused_add_rmsnorm(x, r, w, residual_out=r.t()), ValueError,
+         "residual_out: last dim must be contiguous"),
+        (lambda: aiter.rmsnorm2d_fwd_with_add(x, x, r, r[:2], w, 1e-6), ValueError,
+         "residual_out: shape"),
+        (lambda: ops.rmsnorm_group_quant(x, w, residual_out=r), ValueError,
+         "residual_out: given without residual"),
+        (lambda: ops.rmsnorm_group_quant(x, w, residual=r, residual_out=r[:, :128]), ValueError,
+         "residual_out: shape"),
+        (lambda: ops.rmsnorm_group_quant(
+            x, w, residual=r, residual_out=torch.zeros(4, 264, dtype=x.dtype)[:, 1:257]),
+         ValueError, "residual_out: rows must start on 16-byte"),
+    ]
+    _common.attach_emulated(NoLaunches())
+    try:
+        for call, error, message in cases:
+            with pytest.raises(error, match=message):
+                call()
+    finally:
+        _common.attach_emulated(None)
 
 
 @pytest.mark.parametrize("t", [1, 5, 8])

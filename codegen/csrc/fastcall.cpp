@@ -182,10 +182,18 @@ PyObject* pair(at::Tensor a, at::Tensor b) {
 
 using QuantFn = int (*)(const void*, void*, void*, int64_t, int64_t, int64_t, int64_t, int64_t,
                         void*);
-using NormFn = int (*)(const void*, void*, const void*, void*, int64_t, int64_t, int64_t, int64_t,
-                       float, void*);
-using NormQuantFn = int (*)(const void*, void*, const void*, void*, void*, void*, int64_t,
-                            int64_t, int64_t, int64_t, int64_t, int64_t, float, void*);
+using NormFn = int (*)(const void*, const void*, void*, const void*, void*, int64_t, int64_t,
+                       int64_t, int64_t, int64_t, float, void*);
+using NormQuantFn = int (*)(const void*, const void*, void*, const void*, void*, void*, void*,
+                            int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, float,
+                            void*);
+
+// An optional [t, h] residual operand: present, t rows, 16-byte aligned rows (or None).
+bool residual_ok(PyObject* o, int64_t t) {
+  return o == Py_None || (tensor(o).size(0) == t && aligned(tensor(o)));
+}
+void* optional_ptr(PyObject* o) { return o == Py_None ? nullptr : ptr(tensor(o)); }
+int64_t optional_stride(PyObject* o) { return o == Py_None ? 0 : row_stride_bytes(tensor(o)); }
 using GemmFn = int (*)(const void*, const void*, const void*, const void*, void*, int64_t,
                        int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                        void*);
@@ -211,28 +219,28 @@ PyObject* quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
   )
 }
 
-// norm(param_id, x, residual or None, weight, out or None) -> y or None: rmsnorm /
-// fused_add_rmsnorm with 16-byte loads (the plan's kernel); other alignments take the Python
-// path. out: written instead of a new y (contiguous, x's shape, dtype and device; may be x).
+// norm(param_id, x, residual or None, weight, residual_out or None, out or None) -> y or None:
+// rmsnorm / fused_add_rmsnorm with 16-byte loads (the plan's kernel); other alignments take the
+// Python path. out: written instead of a new y (contiguous, x's shape, dtype and device; may be
+// x).
 PyObject* norm(PyObject*, PyObject* const* a, Py_ssize_t n) {
   GUARDED(
-  if (n != 5) return PyErr_Format(PyExc_TypeError, "norm: 5 arguments");
-  const Plan* p = find(make_key(kNorm, a[0], a + 1, 3, true));
+  if (n != 6) return PyErr_Format(PyExc_TypeError, "norm: 6 arguments");
+  const Plan* p = find(make_key(kNorm, a[0], a + 1, 4, true));
   if (p == nullptr) Py_RETURN_NONE;
   const at::Tensor& x = tensor(a[1]);
-  const bool res = a[2] != Py_None;
   const at::Tensor& w = tensor(a[3]);
   const int64_t t = x.size(0), h = x.size(1);
-  if (t > kMaxRows || !aligned(x) || !aligned(w) ||
-      (res && (tensor(a[2]).size(0) != t || !aligned(tensor(a[2]))))) {
+  if (t > kMaxRows || !aligned(x) || !aligned(w) || !residual_ok(a[2], t) ||
+      !residual_ok(a[4], t)) {
     Py_RETURN_NONE;
   }
   at::Tensor y;
-  if (a[4] == Py_None) {
+  if (a[5] == Py_None) {
     y = at::empty({t, h}, x.options());
   } else {
-    if (!THPVariable_Check(a[4])) Py_RETURN_NONE;
-    y = tensor(a[4]);
+    if (!THPVariable_Check(a[5])) Py_RETURN_NONE;
+    y = tensor(a[5]);
     if (y.sizes() != x.sizes() || y.scalar_type() != x.scalar_type() ||
         y.device() != x.device() || !y.is_contiguous() || !aligned(y)) {
       Py_RETURN_NONE;
@@ -240,36 +248,35 @@ PyObject* norm(PyObject*, PyObject* const* a, Py_ssize_t n) {
   }
   if (t > 0) {
     const int rc = reinterpret_cast<NormFn>(p->fn)(
-        x.data_ptr(), res ? ptr(tensor(a[2])) : nullptr, w.data_ptr(), ptr(y), t, h,
-        row_stride_bytes(x), res ? row_stride_bytes(tensor(a[2])) : 0, p->eps, stream(x));
+        x.data_ptr(), optional_ptr(a[2]), optional_ptr(a[4]), w.data_ptr(), ptr(y), t, h,
+        row_stride_bytes(x), optional_stride(a[2]), optional_stride(a[4]), p->eps, stream(x));
     if (rc) return launch_failed(*p, rc);
   }
   return THPVariable_Wrap(std::move(y));
   )
 }
 
-// norm_quant(param_id, x, weight, residual or None) -> (q, scales) or None: rmsnorm_group_quant
-// with aligned rows (no copies) and no unquantized output.
+// norm_quant(param_id, x, weight, residual or None, residual_out or None) -> (q, scales) or
+// None: rmsnorm_group_quant with aligned rows (no copies) and no unquantized output.
 PyObject* norm_quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
   GUARDED(
-  if (n != 4) return PyErr_Format(PyExc_TypeError, "norm_quant: 4 arguments");
-  const Plan* p = find(make_key(kNormQuant, a[0], a + 1, 3, true));
+  if (n != 5) return PyErr_Format(PyExc_TypeError, "norm_quant: 5 arguments");
+  const Plan* p = find(make_key(kNormQuant, a[0], a + 1, 4, true));
   if (p == nullptr) Py_RETURN_NONE;
   const at::Tensor& x = tensor(a[1]);
   const at::Tensor& w = tensor(a[2]);
-  const bool res = a[3] != Py_None;
   const int64_t t = x.size(0), h = x.size(1);
-  if (t > kMaxRows || !aligned(x) || !aligned(w) ||
-      (res && (tensor(a[3]).size(0) != t || !aligned(tensor(a[3]))))) {
+  if (t > kMaxRows || !aligned(x) || !aligned(w) || !residual_ok(a[3], t) ||
+      !residual_ok(a[4], t)) {
     Py_RETURN_NONE;
   }
   auto outs = allocate(x, {contiguous(t, h, p->out_dtype), scales(t, *p)});
   at::Tensor &q = outs[0], &s = outs[1];
   if (t > 0) {
     const int rc = reinterpret_cast<NormQuantFn>(p->fn)(
-        x.data_ptr(), res ? ptr(tensor(a[3])) : nullptr, w.data_ptr(), ptr(q), ptr(s), nullptr,
-        t, h, row_stride_bytes(x), res ? row_stride_bytes(tensor(a[3])) : 0, s.stride(0),
-        s.stride(1), p->eps, stream(x));
+        x.data_ptr(), optional_ptr(a[3]), optional_ptr(a[4]), w.data_ptr(), ptr(q), ptr(s),
+        nullptr, t, h, row_stride_bytes(x), optional_stride(a[3]), optional_stride(a[4]),
+        s.stride(0), s.stride(1), p->eps, stream(x));
     if (rc) return launch_failed(*p, rc);
   }
   return pair(std::move(q), std::move(s));

@@ -135,10 +135,10 @@ def tier_context(dtype: str, wave: int, tpg: int = 1, table: list[Tier] | None =
     return dict(tiers=rows, block=HEAVY_BLOCK)
 
 
-# launcher(x, residual, weight, y, rows, h, x_row_stride_bytes, residual_row_stride_bytes, eps,
-#          stream)
-ARGTYPES = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-            ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p]
+# launcher(x, residual, residual_out, weight, y, rows, h, x_row_stride_bytes,
+#          residual_row_stride_bytes, residual_out_row_stride_bytes, eps, stream)
+# residual may be null, residual_out null for in place.
+ARGTYPES = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 5 + [ctypes.c_float, ctypes.c_void_p]
 
 
 def validate(v: Variant) -> str | None:

@@ -13,12 +13,12 @@ from ..spec import Variant
 from .quant import cvt_clamps
 from .rmsnorm import CHUNK, DTYPES, Tier, tier_context, tiers
 
-# launcher(x, residual, weight, q, scales, y, rows, h, x_row_stride_bytes,
-#          residual_row_stride_bytes, scale_row_stride, scale_col_stride, eps, stream)
-# residual and y may be null; scale strides are in elements (any layout: row, col, col_tma).
-ARGTYPES = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-            ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-            ctypes.c_int64, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p]
+# launcher(x, residual, residual_out, weight, q, scales, y, rows, h, x_row_stride_bytes,
+#          residual_row_stride_bytes, residual_out_row_stride_bytes, scale_row_stride,
+#          scale_col_stride, eps, stream)
+# residual and y may be null, residual_out null for in place; scale strides are in elements
+# (any layout: row, col, col_tma).
+ARGTYPES = [ctypes.c_void_p] * 7 + [ctypes.c_int64] * 7 + [ctypes.c_float, ctypes.c_void_p]
 
 
 def tpg(group_size: int) -> int:

@@ -74,14 +74,20 @@ def _check_weight(name: str, w, x, x_name: str) -> None:
                          f"{x.shape[1]} of {x_name}")
 
 
-def _check_residual(residual, x) -> None:
-    _check_like("residual", residual, x, "x", 2)
+def _check_residual(residual, x, name: str = "residual") -> None:
+    _check_like(name, residual, x, "x", 2)
     if residual.shape != x.shape:
-        raise ValueError(f"residual: shape {tuple(residual.shape)} must match x "
+        raise ValueError(f"{name}: shape {tuple(residual.shape)} must match x "
                          f"{tuple(x.shape)}")
     if residual.shape[0] > 1 and residual.stride(0) < residual.shape[1]:
-        raise ValueError(f"residual: row stride {residual.stride(0)} is smaller than the hidden "
+        raise ValueError(f"{name}: row stride {residual.stride(0)} is smaller than the hidden "
                          f"size {residual.shape[1]} (rows would overlap)")
+
+
+def _check_residuals(residual, residual_out, x) -> None:
+    _check_residual(residual, x)
+    if residual_out is not None:
+        _check_residual(residual_out, x, "residual_out")
 
 
 def _check_eps(eps) -> float:
@@ -104,11 +110,11 @@ def _check_quant(name: str, h: int, group_size, scale_layout) -> None:
         raise ValueError(f"scale_layout: {scale_layout!r}; expected one of {SCALE_LAYOUTS}")
 
 
-def _check_aligned_residual(residual: torch.Tensor) -> None:
+def _check_aligned_residual(residual: torch.Tensor, name: str = "residual") -> None:
     if not _rows_aligned(residual):
-        raise ValueError(f"residual: rows must start on 16-byte boundaries to be updated in place "
-                         f"by the fused quant kernel (data_ptr % 16 = {residual.data_ptr() % 16}, "
-                         f"row stride {residual.stride(0)} elements)")
+        raise ValueError(f"{name}: rows must start on 16-byte boundaries for the fused quant "
+                         f"kernel (data_ptr % 16 = {residual.data_ptr() % 16}, row stride "
+                         f"{residual.stride(0)} elements)")
 
 
 # ---- per-signature plans ----
@@ -164,7 +170,8 @@ def _check_row_count(name: str, t: torch.Tensor) -> None:
 # ---- rmsnorm / fused_add_rmsnorm ----
 
 LIB.define("rmsnorm(Tensor x, Tensor weight, float eps) -> Tensor")
-LIB.define("fused_add_rmsnorm(Tensor x, Tensor(a!) residual, Tensor weight, float eps) -> Tensor")
+LIB.define("fused_add_rmsnorm(Tensor x, Tensor(a!) residual, Tensor weight, float eps, "
+           "Tensor(b!)? residual_out=None) -> Tensor")
 
 
 @torch.library.register_fake("codegen::rmsnorm")
@@ -173,28 +180,32 @@ def _rmsnorm_fake(x, weight, eps):
 
 
 @torch.library.register_fake("codegen::fused_add_rmsnorm")
-def _fused_add_fake(x, residual, weight, eps):
+def _fused_add_fake(x, residual, weight, eps, residual_out=None):
     return x.new_empty(x.shape)
 
 
-def _norm(x, residual, weight, eps, kernels=None, out=None, record=None):
+def _norm(x, residual, weight, eps, kernels=None, out=None, record=None, residual_out=None):
     t, h = x.shape
     y = x.new_empty((t, h)) if out is None else out
     if t == 0:
         return y
     # 16-byte accesses when every row of every operand starts on a 16-byte boundary
     vector = (h * x.element_size()) % 16 == 0 and _rows_aligned(x) and _rows_aligned(weight) \
-        and _rows_aligned(y) and (residual is None or _rows_aligned(residual))
+        and _rows_aligned(y) and (residual is None or _rows_aligned(residual)) \
+        and (residual_out is None or _rows_aligned(residual_out))
     hit = kernels.get(vector) if kernels is not None else None
     fn, uri = hit or _kernel(kernels, vector, "rmsnorm", x, dtype=DTYPE_NAMES[x.dtype],
                              residual=residual is not None, load="vec16" if vector else "scalar")
-    rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
+    rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(),
+            None if residual_out is None else residual_out.data_ptr(), weight.data_ptr(),
             y.data_ptr(), t, h, _row_stride_bytes(x),
-            0 if residual is None else _row_stride_bytes(residual), eps, stream(x))
+            0 if residual is None else _row_stride_bytes(residual),
+            0 if residual_out is None else _row_stride_bytes(residual_out), eps, stream(x))
     if rc:
         check_rc(rc, uri)
     if record is not None and vector:
-        _fast.keep(_fast.NORM, record, (x, residual, weight), (fn, uri), x.dtype, (), eps)
+        _fast.keep(_fast.NORM, record, (x, residual, weight, residual_out), (fn, uri), x.dtype,
+                   (), eps)
     return y
 
 
@@ -202,8 +213,8 @@ def _rmsnorm_impl(x, weight, eps):
     return _norm(x, None, weight, eps)
 
 
-def _fused_add_impl(x, residual, weight, eps):
-    return _norm(x, residual, weight, eps)
+def _fused_add_impl(x, residual, weight, eps, residual_out=None):
+    return _norm(x, residual, weight, eps, residual_out=residual_out)
 
 
 LIB.impl("rmsnorm", _rmsnorm_impl, "CUDA")
@@ -242,7 +253,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
         return _check_eps(eps)
     if _is_compiling():
         return _into(out, torch.ops.codegen.rmsnorm(x, weight, check()))
-    y = _fast.call("norm", ("rmsnorm", eps), x, None, weight, out)
+    y = _fast.call("norm", ("rmsnorm", eps), x, None, weight, None, out)
     if y is not None:
         return y
     plan = _planned(("rmsnorm", eps), (x, weight), check)
@@ -254,37 +265,45 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
 
 
 def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
-                      eps: float = 1e-6, *, out: torch.Tensor | None = None) -> torch.Tensor:
-    """r = dtype(x + residual) is written into residual (in place); returns rmsnorm(r, weight).
+                      eps: float = 1e-6, *, out: torch.Tensor | None = None,
+                      residual_out: torch.Tensor | None = None) -> torch.Tensor:
+    """r = dtype(x + residual) is written into residual (in place), or into residual_out if
+    given (residual then only read); returns rmsnorm(r, weight).
 
-    x, residual: [T, H] of one dtype (bf16/fp16/fp32), last dim contiguous; weight: [H].
-    out: as rmsnorm's (x itself for vLLM's in-place convention).
+    x, residual, residual_out: [T, H] of one dtype (bf16/fp16/fp32), last dim contiguous, any
+    row stride >= H; residual_out may be residual itself, and must not otherwise overlap an
+    input. weight: [H]. out: as rmsnorm's (x itself for vLLM's in-place convention).
     """
     def check():
         _check_rows("x", x, tuple(DTYPE_NAMES))
-        _check_residual(residual, x)
+        _check_residuals(residual, residual_out, x)
         _check_weight("weight", weight, x, "x")
         return _check_eps(eps)
     if _is_compiling():
-        return _into(out, torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, check()))
-    y = _fast.call("norm", ("fused_add_rmsnorm", eps), x, residual, weight, out)
+        return _into(out, torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, check(),
+                                                              residual_out))
+    y = _fast.call("norm", ("fused_add_rmsnorm", eps), x, residual, weight, residual_out, out)
     if y is not None:
         return y
-    plan = _planned(("fused_add_rmsnorm", eps), (x, residual, weight), check)
+    tensors = (x, residual, weight) if residual_out is None else (x, residual, weight,
+                                                                  residual_out)
+    plan = _planned(("fused_add_rmsnorm", eps), tensors, check)
     _check_row_count("x", x)
-    if residual.shape[0] != x.shape[0]:
-        _check_residual(residual, x)
+    if residual.shape[0] != x.shape[0] or (residual_out is not None
+                                           and residual_out.shape[0] != x.shape[0]):
+        _check_residuals(residual, residual_out, x)
     if out is not None:
         _check_out(out, x)
     return _norm(x, residual, weight, plan.value, plan.kernels, out,
-                 ("fused_add_rmsnorm", eps) if plan.kernels is not None else None)
+                 ("fused_add_rmsnorm", eps) if plan.kernels is not None else None, residual_out)
 
 
 # ---- rmsnorm_group_quant ----
 
 LIB.define("rmsnorm_group_quant(Tensor x, Tensor weight, Tensor(a!)? residual, float eps, "
            "int group_size, str scale_layout, bool ue8m0, bool also_return_unquantized, "
-           "float fp8_max, ScalarType fp8_dtype) -> (Tensor, Tensor, Tensor)")
+           "float fp8_max, ScalarType fp8_dtype, Tensor(b!)? residual_out=None) -> "
+           "(Tensor, Tensor, Tensor)")
 
 
 def _quant_outputs(x, group_size, scale_layout, fp8_dtype):
@@ -295,7 +314,7 @@ def _quant_outputs(x, group_size, scale_layout, fp8_dtype):
 
 @torch.library.register_fake("codegen::rmsnorm_group_quant")
 def _rgq_fake(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_return_unquantized,
-              fp8_max, fp8_dtype):
+              fp8_max, fp8_dtype, residual_out=None):
     t, h = x.shape
     q = x.new_empty((t, h), dtype=fp8_dtype)
     s = empty_scales(t, h // group_size, scale_layout, x)
@@ -304,28 +323,34 @@ def _rgq_fake(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_re
 
 
 def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp8_max, fp8_dtype,
-                kernels=None, record=None):
+                kernels=None, record=None, residual_out=None):
     """(q, scales); y: None, or [T, H] of x's dtype for the normalized values. record: the
     call's parameters, to keep its plan for the C++ path (rows aligned, no y)."""
     q, s = _quant_outputs(x, group_size, scale_layout, fp8_dtype)
     t, h = x.shape
     if t == 0:
         return q, s
-    if residual is not None:
+    if residual_out is not None:
+        _check_aligned_residual(residual_out, "residual_out")
+    elif residual is not None:
         _check_aligned_residual(residual)
     if record is not None and y is None and _rows_aligned(x) and _rows_aligned(weight):
-        keep = (x, weight, residual)
+        keep = (x, weight, residual, residual_out)
     else:
         keep = None
     x, weight = _aligned_copy(x), _aligned_copy(weight)
+    if residual_out is not None:      # only read
+        residual = _aligned_copy(residual)
     hit = kernels.get(ue8m0) if kernels is not None else None
     fn, uri = hit or _kernel(kernels, ue8m0, "rmsnorm_group_quant", x,
                              dtype=DTYPE_NAMES[x.dtype], group_size=group_size, ue8m0=ue8m0,
                              residual=residual is not None, fp8_max=fp8_max)
-    rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(), weight.data_ptr(),
+    rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(),
+            None if residual_out is None else residual_out.data_ptr(), weight.data_ptr(),
             q.data_ptr(), s.data_ptr(), None if y is None else y.data_ptr(), t, h,
             _row_stride_bytes(x), 0 if residual is None else _row_stride_bytes(residual),
-            s.stride(0), s.stride(1), eps, stream(x))
+            0 if residual_out is None else _row_stride_bytes(residual_out), s.stride(0),
+            s.stride(1), eps, stream(x))
     check_rc(rc, uri)
     if keep is not None:
         _fast.keep(_fast.NORM_QUANT, record, keep, (fn, uri), fp8_dtype,
@@ -334,10 +359,11 @@ def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp
 
 
 def _rgq_impl(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_return_unquantized,
-              fp8_max, fp8_dtype):
+              fp8_max, fp8_dtype, residual_out=None):
     y = x.new_empty((x.shape[0] if also_return_unquantized else 0, x.shape[1]))
     q, s = _rgq_launch(x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
-                       y if also_return_unquantized else None, fp8_max, fp8_dtype)
+                       y if also_return_unquantized else None, fp8_max, fp8_dtype,
+                       residual_out=residual_out)
     return q, s, y
 
 
@@ -346,13 +372,15 @@ LIB.impl("rmsnorm_group_quant", _rgq_impl, "CUDA")
 
 def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
                         group_size: int = 128, *, residual: torch.Tensor | None = None,
+                        residual_out: torch.Tensor | None = None,
                         scale_layout: str = "row", ue8m0: bool = False,
                         also_return_unquantized: bool = False, fp8_max: float | None = None):
     """RMSNorm, then per-token-group FP8 quant of the fp32 normalized values, in one kernel.
 
     x: [T, H] bf16/fp16 (H % group_size == 0), last dim contiguous; weight: [H].
     residual: optional [T, H]; if given, r = dtype(x + residual) is written into it (in place,
-    its rows 16-byte aligned) and r is normalized instead of x.
+    its rows 16-byte aligned), or into residual_out if given (as fused_add_rmsnorm's; its rows
+    16-byte aligned), and r is normalized instead of x.
     Returns (q [T, H] fp8, scales fp32 [T, H/G] in scale_layout: "row", "col" or "col_tma"
     as per_token_group_quant_fp8), plus y [T, H] (dtype(normalized)) if also_return_unquantized.
     ue8m0: power-of-two scales. fp8_max: as per_token_group_quant_fp8 (device default).
@@ -361,30 +389,34 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
         _check_rows("x", x, QUANT_DTYPES)
         _check_weight("weight", weight, x, "x")
         if residual is not None:
-            _check_residual(residual, x)
+            _check_residuals(residual, residual_out, x)
+        elif residual_out is not None:
+            raise ValueError("residual_out: given without residual")
         _check_quant("x", x.shape[1], group_size, scale_layout)
         return (_check_eps(eps), *resolve_fp8(x, None, fp8_max))
     if _is_compiling():
         eps, fp8_dtype, fmax = check()
         q, s, y = torch.ops.codegen.rmsnorm_group_quant(
             x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
-            bool(also_return_unquantized), fmax, fp8_dtype)
+            bool(also_return_unquantized), fmax, fp8_dtype, residual_out)
         return (q, s, y) if also_return_unquantized else (q, s)
     params = ("rmsnorm_group_quant", eps, group_size, scale_layout, bool(ue8m0), fp8_max)
     if not also_return_unquantized:
-        qs = _fast.call("norm_quant", params, x, weight, residual)
+        qs = _fast.call("norm_quant", params, x, weight, residual, residual_out)
         if qs is not None:
             return qs
-    tensors = (x, weight) if residual is None else (x, weight, residual)
+    tensors = tuple(t for t in (x, weight, residual, residual_out) if t is not None)
     plan = _planned(("rmsnorm_group_quant", eps, group_size, scale_layout, fp8_max), tensors,
                     check)
     eps, fp8_dtype, fmax = plan.value
     _check_row_count("x", x)
-    if residual is not None and residual.shape[0] != x.shape[0]:
-        _check_residual(residual, x)
+    if residual is not None and (residual.shape[0] != x.shape[0] or (
+            residual_out is not None and residual_out.shape[0] != x.shape[0])):
+        _check_residuals(residual, residual_out, x)
     y = x.new_empty(x.shape) if also_return_unquantized else None
     q, s = _rgq_launch(x, weight, residual, eps, group_size, scale_layout, bool(ue8m0), y, fmax,
-                       fp8_dtype, plan.kernels, params if plan.kernels is not None else None)
+                       fp8_dtype, plan.kernels, params if plan.kernels is not None else None,
+                       residual_out)
     return (q, s, y) if also_return_unquantized else (q, s)
 
 

@@ -293,16 +293,17 @@ CG_DEVICE void emit_items(const Chunk<KIND> (&c)[ITEMS], const Weight& weight, i
 // residual add, sum of squares, scale, then out(j, v, ok) for every chunk j the thread owns
 // (emit_chunk). out is called by every lane of a wave together, in the same order, valid or
 // not (ok says), so that it may shuffle within a wave.
-//   x, res: this row of x and of the residual (RESIDUAL: res is read, then overwritten with
-//   dtype(x + res), and the row is that rounded sum); w: the weight.
+//   x, res: this row of x and of the residual (RESIDUAL: res is read, dtype(x + res) is written
+//   to res_out, which may be res itself, and the row is that rounded sum); w: the weight.
 //   ITEMS: chunks per thread held in registers. TWO_PASS: the row is longer than TPR * ITEMS
 //   chunks: a first pass sums (and writes the residual), a second one reads the row again (from
 //   L2) and writes the output. SPLIT (one pass only): the row sums as the tier of TPR * SPLIT
 //   threads holding ITEMS / SPLIT chunks each would (row_scale, Items::part), bit for bit.
 template <int KIND, int TPR, int ITEMS, bool TWO_PASS, int WAVE, bool VECTOR, bool RESIDUAL,
           int SPLIT = 1, class Out>
-CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int h, float eps,
-                           bool row_ok, int tid, float* smem, const Out& out) {
+CG_DEVICE void rmsnorm_row(const uint8_t* x, const uint8_t* res, uint8_t* res_out,
+                           const uint8_t* w, int h, float eps, bool row_ok, int tid, float* smem,
+                           const Out& out) {
   using C = Chunk<KIND>;
   using L = Items<TPR, ITEMS>;
   static_assert(SPLIT == 1 || (!TWO_PASS && ITEMS % SPLIT == 0), "a split row is one pass");
@@ -329,7 +330,8 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
     for (int i = 0; i < ITEMS; ++i) {
       const int j = L::chunk(r, i);
       const bool ok = row_ok && j < nchunk;
-      add_residual<KIND, VECTOR, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res, j, count(j, ok), ok);
+      add_residual<KIND, VECTOR, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res_out, j, count(j, ok),
+                                           ok);
       sum_squares(parts[L::template part<SPLIT>(i)], c[i]);
     }
     const float rstd = row_scale<TPR, WAVE, kScaleOnce<ITEMS>>(parts, tid, smem, h, eps);
@@ -350,13 +352,14 @@ CG_DEVICE void rmsnorm_row(const uint8_t* x, uint8_t* res, const uint8_t* w, int
       for (int i = 0; i < ITEMS; ++i) {
         const int j = base + L::chunk(r, i);
         const bool ok = row_ok && j < nchunk;
-        add_residual<KIND, VECTOR, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res, j, count(j, ok), ok);
+        add_residual<KIND, VECTOR, RESIDUAL>(c[i], a[RESIDUAL ? i : 0], res_out, j, count(j, ok),
+                                             ok);
         sum_squares(ss, c[i]);
       }
     }
     const float rstd = row_scale<TPR, WAVE, kScaleOnce<ITEMS>>(ss, tid, smem, h, eps);
     // The second read sees what this same thread wrote to the residual in the first pass.
-    const uint8_t* src = RESIDUAL ? res : x;
+    const uint8_t* src = RESIDUAL ? res_out : x;
     for (int base = 0; base < nchunk; base += TPR * ITEMS) {
       C c[ITEMS], wc[ITEMS];
 #pragma unroll
@@ -388,10 +391,10 @@ CG_HOST_DEVICE int stage_bytes(int64_t h) {
 
 template <int KIND, int TPR, int ITEMS, int WAVE, bool RESIDUAL, int STAGES, int BLOCK,
           class OutFor>
-CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* res,
-                                   int64_t res_stride, const uint8_t* w, int h, float eps,
-                                   int64_t rows, int tid, float* red, uint8_t* stage,
-                                   const OutFor& out_for) {
+CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, const uint8_t* res,
+                                   int64_t res_stride, uint8_t* res_out, int64_t res_out_stride,
+                                   const uint8_t* w, int h, float eps, int64_t rows, int tid,
+                                   float* red, uint8_t* stage, const OutFor& out_for) {
   static_assert(STAGES >= 2, "one row in flight at least");
   using C = Chunk<KIND>;
   using L = Items<TPR, ITEMS>;
@@ -430,7 +433,7 @@ CG_DEVICE void rmsnorm_rows_staged(const uint8_t* x, int64_t x_stride, uint8_t* 
     const bool row_ok = t < rows;
     copy_wait<STAGES - 2>();
     const uint8_t* src = slot(k);
-    uint8_t* res_row = RESIDUAL ? res + (row_ok ? t : 0) * res_stride : nullptr;
+    uint8_t* res_row = RESIDUAL ? res_out + (row_ok ? t : 0) * res_out_stride : nullptr;
     C c[ITEMS], a[RESIDUAL ? ITEMS : 1];
     float ss = 0.0f;
 #pragma unroll
@@ -575,6 +578,10 @@ CG_DEVICE void prefetch_staged_rows(const uint8_t* x, const uint8_t* res, int64_
 struct RowPrefetch {
   int64_t ahead, early;
 };
+
+// Added to resident_blocks' KEY by the kernels that write the residual to a tensor apart: their
+// own kernels, with their own occupancy.
+constexpr int kSeparateKey = 1 << 20;
 
 template <int KEY, class Kernel>
 static RowPrefetch row_prefetch(Kernel kernel, int block, int rows_per_block, int64_t blocks) {
