@@ -546,6 +546,19 @@ def test_emu_gap_permlane16_select(arch):
     check_ulps("emu_rmsnorm", ops.rmsnorm(x, w, EPS), ref)
 
 
+def test_emu_gap_permlane_swap_gfx950():
+    """v_permlane16_swap / v_permlane32_swap (gfx950's butterfly steps 16 and 32) write two
+    registers across lanes; the emulator's pseudocode compiler stopped on them."""
+    from codegen.emu import gaps
+
+    on("gfx950")
+    x = (torch.arange(4096).float() // 8 % 61 + 1).repeat(3, 1).to(torch.bfloat16)
+    w = weight(4096, torch.bfloat16)
+    with gaps.disabled("permlane_swap"), pytest.raises(RuntimeError, match="permlane32_swap"):
+        ops.rmsnorm(x, w, EPS)
+    check_ulps("emu_rmsnorm", ops.rmsnorm(x, w, EPS), reference.rmsnorm(x, w, EPS))
+
+
 def test_emu_gap_buffer_gl0_inv_gfx1100():
     """gfx1100's BUFFER_GL0_INV (the cache invalidation of a workgroup-scope acquire after a
     barrier) is a cache operation; the emulator's RDNA3 decoder has no MUBUF format for it."""

@@ -55,7 +55,7 @@ def test_quant_isa(generated, arch):
         # where a group spans at most a DPP row of 16 lanes (16-byte loads of 16-bit values)
         lanes = r["params"]["group_size"] * (4 if r["params"]["dtype"] == "fp32" else 2) // 16
         assert dpp_instructions(out / r["asm"]) > 0, r["uri"]
-        if lanes <= 16 or wave == 32:     # wave32: step 16 is v_permlanex16
+        if lanes <= 16 or wide_steps_in_registers(arch):
             assert amd_instructions(out / r["asm"], "ds_bpermute_b32")["ds_bpermute_b32"] == 0, \
                 r["uri"]
 
@@ -63,6 +63,26 @@ def test_quant_isa(generated, arch):
 def dpp_instructions(asm) -> int:
     """Instructions with a DPP lane exchange (quad_perm, row shifts / rotations)."""
     return len(re.findall(r"^\s+v_\w+_dpp\b", asm.read_text(), re.M))
+
+
+def wide_steps_in_registers(arch) -> bool:
+    """Whether the butterfly's steps past a DPP row (16, and 32 on wave64) move in registers:
+    v_permlanex16 on the wave32 targets, v_permlane16_swap / v_permlane32_swap on gfx950;
+    gfx942 and gfx90a take ds_bpermute for them."""
+    return get_target(arch).wave_size == 32 or arch == "gfx950"
+
+
+def assert_wide_steps(asm, arch, uri) -> None:
+    """A kernel whose rows span a wave: no ds_bpermute where the target has register forms of
+    the wide steps, and on gfx950 both swaps present."""
+    if not wide_steps_in_registers(arch):
+        return
+    names = ("ds_bpermute_b32", "v_permlane16_swap_b32_e32", "v_permlane32_swap_b32_e32")
+    counts = amd_instructions(asm, *names)
+    assert counts["ds_bpermute_b32"] == 0, uri
+    if arch == "gfx950":
+        assert counts["v_permlane16_swap_b32_e32"] > 0, uri
+        assert counts["v_permlane32_swap_b32_e32"] > 0, uri
 
 
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])
@@ -114,9 +134,7 @@ def test_rmsnorm_isa(generated, arch):
         _resources_ok(r, arch)
         counts = amd_instructions(out / r["asm"], LOAD128[arch], STORE128[arch])
         assert dpp_instructions(out / r["asm"]) > 0, r["uri"]    # row sums within 16 lanes
-        if get_target(arch).wave_size == 32:      # and across the two rows of a wave32
-            assert amd_instructions(out / r["asm"], "ds_bpermute_b32")["ds_bpermute_b32"] == 0, \
-                r["uri"]
+        assert_wide_steps(out / r["asm"], arch, r["uri"])        # and across rows
         if r["params"]["load"] == "vec16":
             # the main path reads and writes rows with 16-byte accesses
             assert counts[LOAD128[arch]] > 0 and counts[STORE128[arch]] > 0, r["uri"]
@@ -136,6 +154,7 @@ def test_rmsnorm_quant_isa(generated, arch, op):
         counts = amd_instructions(out / r["asm"], "v_cvt_pk_fp8_f32", LOAD128[arch])
         assert counts["v_cvt_pk_fp8_f32"] > 0, r["uri"]
         assert counts[LOAD128[arch]] > 0, r["uri"]
+        assert_wide_steps(out / r["asm"], arch, r["uri"])
 
 
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])

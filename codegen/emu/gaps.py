@@ -10,7 +10,7 @@ import functools
 
 FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "fp8_dot4", "wmma_fp8", "mfma_32x32_out",
          "mfma_acc_ab", "mfma_x2_decode", "global_inv", "float_denorm", "lds_inactive_lanes",
-         "dpp_in_place", "permlane16_select")
+         "dpp_in_place", "permlane16_select", "permlane_swap")
 _off: set[str] = set()
 _emu = None
 _state = {"format": "ocp", "ftz": True}
@@ -137,11 +137,41 @@ def _cvt_pk_f32_fp8(inst, ctx):
     return UOp.sink(UOp.group(*stores).end(lane), *ctx.inc_pc())
 
 
+# ---- CDNA4 V_PERMLANE16_SWAP_B32 / V_PERMLANE32_SWAP_B32 ----
+# CDNA4 ISA pseudocode: "for pass in 0 : 1 do for lane in 0 : 15 do tmp = VGPR[pass * 32 +
+# lane][SRC0.u32]; VGPR[pass * 32 + lane][SRC0.u32] = VGPR[pass * 32 + lane + 16][VDST.u32];
+# VGPR[pass * 32 + lane + 16][VDST.u32] = tmp" (16: rows 0 and 2 of SRC0 trade with rows 1 and
+# 3 of VDST), and lanes 0-31 of SRC0 with lanes 32-63 of VDST (32); no EXEC in it. The
+# emulator's pseudocode compiler does not know the SRC0 / VDST names these use and stops on
+# them; we compile them ourselves (VGPR operands, the e32 form).
+
+def _permlane_swap(inst, ctx):
+    from tinygrad.dtype import dtypes
+    from tinygrad.uop.ops import UOp
+
+    half = 16 if "PERMLANE16" in _emu._op_name(inst) else 32
+    kind = type(inst)
+    src, dst = ctx.inst_field(kind.src0) - _u32(256), ctx.inst_field(kind.vdst)
+    src_copy, dst_copy = _lanes_copied(ctx, src, slot=0), _lanes_copied(ctx, dst, slot=1)
+    lane = ctx.range()
+    partner = lane ^ UOp.const(half, dtypes.int)
+    upper = UOp.const(half - 1, dtypes.int) < lane % UOp.const(2 * half, dtypes.int)
+    new_src = upper.where(src_copy.index(lane).load(), dst_copy.index(partner).load())
+    new_dst = upper.where(src_copy.index(partner).load(), dst_copy.index(lane).load())
+    every_lane = ctx.rexec().const_like(-1)
+    stores = [ctx.wvgpr_dyn(src, lane, new_src, every_lane),
+              ctx.wvgpr_dyn(dst, lane, new_dst, every_lane)]
+    return UOp.sink(UOp.group(*stores).end(lane), *ctx.inc_pc())
+
+
 def _vop1(original):
     def compile_vop1(inst, ctx):
         if (on("fp8_unpack") and type(inst).__name__ == "VOP1"
                 and _emu._op_name(inst) == "V_CVT_PK_F32_FP8_E32"):
             return _cvt_pk_f32_fp8(inst, ctx)
+        if on("permlane_swap") and type(inst).__name__ == "VOP1" and _emu._op_name(inst) in (
+                "V_PERMLANE16_SWAP_B32_E32", "V_PERMLANE32_SWAP_B32_E32"):
+            return _permlane_swap(inst, ctx)
         if on("dpp_in_place") and type(inst).__name__ in ("VOP1_DPP16", "VOP2_DPP16"):
             return original(inst, _dpp_source_copied(ctx, inst))
         return original(inst, ctx)
@@ -483,14 +513,15 @@ def _active_lane_addresses(ctx, inst):
 # source, a lane whose source lane came earlier in the loop read that lane's new value. The
 # source register is now copied for every lane first.
 
-def _lanes_copied(ctx, reg):
-    """Register reg of every lane, copied into a local array before the instruction writes
-    (call it before the instruction's own lane range: a lower axis id runs first)."""
+def _lanes_copied(ctx, reg, slot: int = 0):
+    """Register reg of every lane, copied into a local array (one per slot) before the
+    instruction writes (call it before the instruction's own lane range: a lower axis id runs
+    first)."""
     from tinygrad.dtype import AddrSpace, dtypes
     from tinygrad.uop.ops import UOp
 
     lane = ctx.range()
-    copy = UOp.placeholder((ctx.wave_size,), dtypes.uint32, slot=0, addrspace=AddrSpace.LOCAL)
+    copy = UOp.placeholder((ctx.wave_size,), dtypes.uint32, slot=slot, addrspace=AddrSpace.LOCAL)
     return copy.after(copy.index(lane).store(ctx.rvgpr_dyn(reg, lane)).end(lane))
 
 

@@ -66,9 +66,9 @@ CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
 
 // v of lane (this lane ^ mask) within aligned groups of WIDTH lanes. Masks up to 8 stay inside a
 // DPP row (16 lanes) and move as DPP operands, one or two VALU instructions; 16 on the wave32
-// targets is v_permlanex16; the others take ds_bpermute (__shfl_xor): address math and an LDS
-// round trip the next step waits for. Callers pass constant masks (unrolled loops), so the
-// switch folds away.
+// targets is v_permlanex16; 16 and 32 on gfx950 are v_permlane16_swap / v_permlane32_swap;
+// the others take ds_bpermute (__shfl_xor): address math and an LDS round trip the next step
+// waits for. Callers pass constant masks (unrolled loops), so the switch folds away.
 template <int WIDTH>
 CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
   const int x = int(v);
@@ -87,8 +87,26 @@ CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
     case 16:  // wave32: the same lane of the other row
       return uint32_t(__builtin_amdgcn_permlanex16(x, x, 0x76543210, 0xfedcba98, false, false));
 #endif
-    default: return uint32_t(__shfl_xor(x, mask, WIDTH));
+#if defined(__gfx950__)
+    // Two copies of v swap half their lanes: rows 1 and 3 of one with rows 0 and 2 of the other
+    // (16), or the upper 32 lanes of one with the lower 32 of the other (32). Each lane then
+    // holds its own v in one copy and its partner's in the other: the xor of the three is the
+    // partner's.
+    case 16:
+      if (WIDTH > 16) {
+        const auto r = __builtin_amdgcn_permlane16_swap(v, v, false, false);
+        return r[0] ^ r[1] ^ v;
+      }
+      break;
+    case 32:
+      if (WIDTH > 32) {
+        const auto r = __builtin_amdgcn_permlane32_swap(v, v, false, false);
+        return r[0] ^ r[1] ^ v;
+      }
+      break;
+#endif
   }
+  return uint32_t(__shfl_xor(x, mask, WIDTH));
 }
 template <int WIDTH>
 CG_DEVICE float shfl_xor_f32(float v, int mask) {
