@@ -66,23 +66,27 @@ def dpp_instructions(asm) -> int:
 
 
 def wide_steps_in_registers(arch) -> bool:
-    """Whether the butterfly's steps past a DPP row (16, and 32 on wave64) move in registers:
-    v_permlanex16 on the wave32 targets, v_permlane16_swap / v_permlane32_swap on gfx950;
-    gfx942 and gfx90a take ds_bpermute for them."""
+    """Whether the xor exchange moves lanes 16 and 32 apart in registers: v_permlanex16 on the
+    wave32 targets, v_permlane16_swap / v_permlane32_swap on gfx950; gfx942 and gfx90a exchange
+    them through LDS (ds_bpermute)."""
     return get_target(arch).wave_size == 32 or arch == "gfx950"
 
 
-def assert_wide_steps(asm, arch, uri) -> None:
-    """A kernel whose rows span a wave: no ds_bpermute where the target has register forms of
-    the wide steps, and on gfx950 both swaps present."""
-    if not wide_steps_in_registers(arch):
-        return
-    names = ("ds_bpermute_b32", "v_permlane16_swap_b32_e32", "v_permlane32_swap_b32_e32")
+def assert_row_sums_in_registers(asm, arch, uri) -> None:
+    """Sums over rows past a DPP row take no LDS round trip: the exchanges above where the
+    target has them, else (gfx942, gfx90a) the last steps of a wave's sum read each 16-lane row's
+    value as a scalar (v_readlane)."""
+    names = ("ds_bpermute_b32", "v_permlanex16_b32", "v_permlane16_swap_b32_e32",
+             "v_permlane32_swap_b32_e32", "v_readlane_b32")
     counts = amd_instructions(asm, *names)
     assert counts["ds_bpermute_b32"] == 0, uri
     if arch == "gfx950":
         assert counts["v_permlane16_swap_b32_e32"] > 0, uri
         assert counts["v_permlane32_swap_b32_e32"] > 0, uri
+    elif get_target(arch).wave_size == 32:
+        assert counts["v_permlanex16_b32"] > 0, uri
+    else:
+        assert counts["v_readlane_b32"] > 0, uri
 
 
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])
@@ -134,7 +138,7 @@ def test_rmsnorm_isa(generated, arch):
         _resources_ok(r, arch)
         counts = amd_instructions(out / r["asm"], LOAD128[arch], STORE128[arch])
         assert dpp_instructions(out / r["asm"]) > 0, r["uri"]    # row sums within 16 lanes
-        assert_wide_steps(out / r["asm"], arch, r["uri"])        # and across rows
+        assert_row_sums_in_registers(out / r["asm"], arch, r["uri"])      # and across rows
         if r["params"]["load"] == "vec16":
             # the main path reads and writes rows with 16-byte accesses
             assert counts[LOAD128[arch]] > 0 and counts[STORE128[arch]] > 0, r["uri"]
@@ -154,7 +158,7 @@ def test_rmsnorm_quant_isa(generated, arch, op):
         counts = amd_instructions(out / r["asm"], "v_cvt_pk_fp8_f32", LOAD128[arch])
         assert counts["v_cvt_pk_fp8_f32"] > 0, r["uri"]
         assert counts[LOAD128[arch]] > 0, r["uri"]
-        assert_wide_steps(out / r["asm"], arch, r["uri"])
+        assert_row_sums_in_registers(out / r["asm"], arch, r["uri"])
 
 
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])
@@ -232,6 +236,7 @@ def _gemv_isa(asm, r, arch):
         assert cvt >= 8 * (1 + rows_a) * unroll, (r["uri"], cvt)
         assert fma >= 16 * rows_a * unroll, (r["uri"], fma)
     assert loads >= (1 + rows_a) * unroll, (r["uri"], loads)
+    assert_row_sums_in_registers(asm, arch, r["uri"])      # the wave sums of each row of A
 
 
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])

@@ -74,6 +74,24 @@ CG_DEVICE float shfl_xor_f32(float v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask, WIDTH);
 }
 
+// Each v[k] summed over aligned segments of WIDTH lanes by an xor butterfly, largest step
+// first (the N sums' steps interleaved). Every lane gets its segment's sum with the same bits: a
+// step adds each pair in both orders.
+template <int WIDTH, int N>
+CG_DEVICE void butterfly_sum(float (&v)[N]) {
+#pragma unroll
+  for (int off = WIDTH / 2; off > 0; off >>= 1) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] += shfl_xor_f32<WIDTH>(v[k], off);
+  }
+}
+template <int WIDTH>
+CG_DEVICE float butterfly_sum(float v) {
+  float a[1] = {v};
+  butterfly_sum<WIDTH>(a);
+  return a[0];
+}
+
 // Whether p holds on any lane of the warp (the same answer on every lane).
 CG_DEVICE bool wave_any(bool p) { return __any_sync(0xffffffffu, p); }
 

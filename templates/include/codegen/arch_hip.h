@@ -113,6 +113,45 @@ CG_DEVICE float shfl_xor_f32(float v, int mask) {
   return bits_to_float(shfl_xor_u32<WIDTH>(float_to_bits(v), mask));
 }
 
+// Each v[k] summed over aligned segments of WIDTH lanes by an xor butterfly (the N sums' steps
+// interleaved); every lane gets its segment's sum with the same bits (a step adds each pair in
+// both orders). Largest step first, as on CUDA, where steps 16 and 32 move in registers
+// (shfl_xor_u32). gfx942 / gfx90a can move them only through LDS, so there the smallest step
+// goes first: after the DPP steps every 16-lane row holds one value, and a full wave's last two
+// steps are those four values read as scalars (v_readlane), added as the butterfly adds them.
+template <int WIDTH, int N>
+CG_DEVICE void butterfly_sum(float (&v)[N]) {
+#if defined(__gfx942__) || defined(__gfx90a__)
+#pragma unroll
+  for (int off = 1; off < WIDTH && (off < 16 || WIDTH < 64); off <<= 1) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] += shfl_xor_f32<WIDTH>(v[k], off);
+  }
+  if constexpr (WIDTH == 64) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const int bits = int(float_to_bits(v[k]));
+      auto row = [&](int r) {
+        return bits_to_float(uint32_t(__builtin_amdgcn_readlane(bits, 16 * r)));
+      };
+      v[k] = (row(0) + row(1)) + (row(2) + row(3));
+    }
+  }
+#else
+#pragma unroll
+  for (int off = WIDTH / 2; off > 0; off >>= 1) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) v[k] += shfl_xor_f32<WIDTH>(v[k], off);
+  }
+#endif
+}
+template <int WIDTH>
+CG_DEVICE float butterfly_sum(float v) {
+  float a[1] = {v};
+  butterfly_sum<WIDTH>(a);
+  return a[0];
+}
+
 // Global -> LDS copies: a plain 16-byte load and store here (the wave waits for the load), so
 // the commit / wait calls that order asynchronous copies elsewhere have nothing to do.
 CG_DEVICE void copy_async16(void* smem, const void* gmem) {

@@ -6,9 +6,10 @@
 // 16-byte load for bf16/fp16, two for fp32). TPR threads share a row, each holding ITEMS chunks
 // (Items below: every 8 lanes read 128 consecutive bytes, so loads coalesce). Each thread's sum
 // of squares is accumulated in item order, element by element with an explicit fma; the TPR
-// partial sums are combined with an xor butterfly over min(TPR, WAVE) lanes and, when
-// TPR > WAVE, the row's per-wave sums are added in wave order through shared memory. The
-// rounding of the sum is thus a function of H and the tier (TPR, ITEMS, WAVE) only: not of the
+// partial sums are combined with an xor butterfly over min(TPR, WAVE) lanes (butterfly_sum,
+// whose step order is the device's) and, when TPR > WAVE, the row's per-wave sums are added in
+// wave order through shared memory. The rounding of the sum is thus a function of H, the device
+// and the tier (TPR, ITEMS, WAVE) only: not of the
 // dtype (the tiers are the same for every dtype but for the ITEMS of 1024-thread rows, whose
 // layout does not depend on it), of vector or scalar loads, nor of whether the row is read once
 // or twice. Hence fp32 rmsnorm on x.float() sums exactly like the bf16/fp16 kernels on x, and the
@@ -167,11 +168,7 @@ template <int TPR, int WAVE, bool ONCE, int SPLIT>
 CG_DEVICE float row_scale(float (&s)[SPLIT], int tid, float* smem, int h, float eps) {
   constexpr int W = TPR < WAVE ? TPR : WAVE;
   static_assert(SPLIT == 1 || TPR % WAVE == 0, "a split row holds whole waves");
-#pragma unroll
-  for (int off = W / 2; off > 0; off >>= 1) {
-#pragma unroll
-    for (int k = 0; k < SPLIT; ++k) s[k] += shfl_xor_f32<W>(s[k], off);
-  }
+  butterfly_sum<W>(s);
   float sum = s[0];
   if constexpr (TPR * SPLIT > WAVE) {
     constexpr int NW = TPR / WAVE, VW = NW * SPLIT;  // waves per row, as held and as summed
