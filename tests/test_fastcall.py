@@ -191,6 +191,11 @@ def test_norm(device, fast, lib, residual):
     if ro is not None:
         assert fast.norm(pid, x, r, w, ro[:4], None) is None
         assert fast.norm(pid, x, r, w, None, None) is None     # in place: another plan
+        # sharing memory with another operand: the Python path's error
+        assert fast.norm(pid, x, r, w, ro, ro.as_strided(x.shape, x.stride())) is None
+        big = torch.empty(6 * 1024, dtype=bf)        # r's and ro's signatures, one memory
+        assert fast.norm(pid, x, big[:3072].view(6, 512), w, big.view(6, 1024)[:, :512],
+                         None) is None
     if r is not None:
         assert fast.norm(pid, x, r[:4], w, ro, None) is None
     else:

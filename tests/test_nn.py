@@ -114,7 +114,7 @@ def test_residual_out_errors_name_the_argument():
             raise AssertionError(f"launched {variant.uri}")
 
     x, w = torch.zeros(4, 256, dtype=torch.bfloat16), torch.ones(256, dtype=torch.bfloat16)
-    r = torch.zeros_like(x)
+    r, y, rr = torch.zeros_like(x), torch.zeros_like(x), torch.zeros(4, 264, dtype=x.dtype)
     cases = [
         (lambda: ops.fused_add_rmsnorm(x, r, w, residual_out=r[:2]), ValueError,
          "residual_out: shape"),
@@ -131,6 +131,15 @@ def test_residual_out_errors_name_the_argument():
         (lambda: ops.rmsnorm_group_quant(
             x, w, residual=r, residual_out=torch.zeros(4, 264, dtype=x.dtype)[:, 1:257]),
          ValueError, "residual_out: rows must start on 16-byte"),
+        # memory shared with another operand, unless it is the residual itself
+        (lambda: ops.fused_add_rmsnorm(x, r, w, residual_out=x), ValueError,
+         "residual_out: overlaps x"),
+        (lambda: ops.fused_add_rmsnorm(x, rr[:, :256], w, residual_out=rr[:, 8:264]), ValueError,
+         "residual_out: overlaps residual"),
+        (lambda: ops.fused_add_rmsnorm(x, r, w, out=y, residual_out=y), ValueError,
+         "residual_out: overlaps out"),
+        (lambda: ops.rmsnorm_group_quant(x, w, residual=r, residual_out=x), ValueError,
+         "residual_out: overlaps x"),
     ]
     _common.attach_emulated(NoLaunches())
     try:

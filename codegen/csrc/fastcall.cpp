@@ -18,9 +18,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -192,6 +194,33 @@ using NormQuantFn = int (*)(const void*, const void*, void*, const void*, void*,
 bool residual_ok(PyObject* o, int64_t t) {
   return o == Py_None || (tensor(o).size(0) == t && aligned(tensor(o)));
 }
+
+// The bytes from the first element of a [t, h] or [h] operand to past its last.
+std::pair<uintptr_t, uintptr_t> span(const at::Tensor& t) {
+  const auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
+  if (t.numel() == 0) return {start, start};
+  const int64_t rows = t.dim() == 2 ? t.size(0) : 1, h = t.size(t.dim() - 1);
+  return {start, start + uintptr_t(((rows - 1) * t.stride(0) + h) * t.element_size())};
+}
+
+// residual_out (a[out]) is None, residual (a[res]) itself, or apart from every operand given
+// (as the Python path's _check_apart, which raises where this declines).
+bool residual_out_apart(PyObject* const* a, int res, int out,
+                        std::initializer_list<const at::Tensor*> others) {
+  if (a[out] == Py_None) return true;
+  const at::Tensor &ro = tensor(a[out]), &r = tensor(a[res]);
+  if (ro.data_ptr() == r.data_ptr() && ro.strides() == r.strides()) return true;
+  const auto [lo, hi] = span(ro);
+  auto apart = [&](const at::Tensor& t) {
+    const auto [start, end] = span(t);
+    return !(lo < end && start < hi);
+  };
+  if (!apart(r)) return false;
+  for (const at::Tensor* t : others) {
+    if (!apart(*t)) return false;
+  }
+  return true;
+}
 void* optional_ptr(PyObject* o) { return o == Py_None ? nullptr : ptr(tensor(o)); }
 int64_t optional_stride(PyObject* o) { return o == Py_None ? 0 : row_stride_bytes(tensor(o)); }
 using GemmFn = int (*)(const void*, const void*, const void*, const void*, void*, int64_t,
@@ -246,6 +275,7 @@ PyObject* norm(PyObject*, PyObject* const* a, Py_ssize_t n) {
       Py_RETURN_NONE;
     }
   }
+  if (a[2] != Py_None && !residual_out_apart(a, 2, 4, {&x, &w, &y})) Py_RETURN_NONE;
   if (t > 0) {
     const int rc = reinterpret_cast<NormFn>(p->fn)(
         x.data_ptr(), optional_ptr(a[2]), optional_ptr(a[4]), w.data_ptr(), ptr(y), t, h,
@@ -267,7 +297,7 @@ PyObject* norm_quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
   const at::Tensor& w = tensor(a[2]);
   const int64_t t = x.size(0), h = x.size(1);
   if (t > kMaxRows || !aligned(x) || !aligned(w) || !residual_ok(a[3], t) ||
-      !residual_ok(a[4], t)) {
+      !residual_ok(a[4], t) || (a[3] != Py_None && !residual_out_apart(a, 3, 4, {&x, &w}))) {
     Py_RETURN_NONE;
   }
   auto outs = allocate(x, {contiguous(t, h, p->out_dtype), scales(t, *p)});

@@ -90,6 +90,28 @@ def _check_residuals(residual, residual_out, x) -> None:
         _check_residual(residual_out, x, "residual_out")
 
 
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes from the first element of a [T, H] or [H] operand to past its last."""
+    if t.numel() == 0:
+        return t.data_ptr(), t.data_ptr()
+    rows, h = (t.shape[0], t.shape[1]) if t.dim() == 2 else (1, t.shape[0])
+    return t.data_ptr(), t.data_ptr() + ((rows - 1) * t.stride(0) + h) * t.element_size()
+
+
+def _check_apart(residual_out, residual, **others) -> None:
+    """residual_out is residual itself (in place) or shares no memory with the other operands:
+    the kernels read and write rows of different tensors in no particular order."""
+    if residual_out.data_ptr() == residual.data_ptr() and \
+            residual_out.stride() == residual.stride():
+        return
+    lo, hi = _span(residual_out)
+    for name, t in {"residual": residual, **others}.items():
+        start, end = _span(t)
+        if lo < end and start < hi:
+            raise ValueError(f"residual_out: overlaps {name}; it must be residual itself or "
+                             f"share no memory with the other operands")
+
+
 def _check_eps(eps) -> float:
     try:
         value = float(eps)
@@ -189,6 +211,8 @@ def _norm(x, residual, weight, eps, kernels=None, out=None, record=None, residua
     y = x.new_empty((t, h)) if out is None else out
     if t == 0:
         return y
+    if residual_out is not None:
+        _check_apart(residual_out, residual, x=x, weight=weight, out=y)
     # 16-byte accesses when every row of every operand starts on a 16-byte boundary
     vector = (h * x.element_size()) % 16 == 0 and _rows_aligned(x) and _rows_aligned(weight) \
         and _rows_aligned(y) and (residual is None or _rows_aligned(residual)) \
@@ -271,8 +295,9 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     given (residual then only read); returns rmsnorm(r, weight).
 
     x, residual, residual_out: [T, H] of one dtype (bf16/fp16/fp32), last dim contiguous, any
-    row stride >= H; residual_out may be residual itself, and must not otherwise overlap an
-    input. weight: [H]. out: as rmsnorm's (x itself for vLLM's in-place convention).
+    row stride >= H; residual_out is residual itself or shares no memory with x, residual,
+    weight or out (ValueError). weight: [H]. out: as rmsnorm's (x itself for vLLM's in-place
+    convention).
     """
     def check():
         _check_rows("x", x, tuple(DTYPE_NAMES))
@@ -332,6 +357,7 @@ def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp
         return q, s
     if residual_out is not None:
         _check_aligned_residual(residual_out, "residual_out")
+        _check_apart(residual_out, residual, x=x, weight=weight)
     elif residual is not None:
         _check_aligned_residual(residual)
     if record is not None and y is None and _rows_aligned(x) and _rows_aligned(weight):
