@@ -289,6 +289,12 @@ def _rmsnorm_cells(ts: list[int], hs: list[int]):
                                          ait.fused_add_rmsnorm(x, r, w))),
                    lambda t=t: (lambda x=_bf16(t, h), r=_bf16(t, h): peer_add_inplace(
                        x, r, w)))
+            if t >= 4096:   # the sum into a tensor apart (AITER's rmsnorm2d_fwd_with_add)
+                yield ("fused_add_rmsnorm, residual_out", t, h, 4 * t * h * 2,
+                       lambda t=t: (lambda x=_bf16(t, h), r=_bf16(t, h), o=_bf16(t, h):
+                                    ops.fused_add_rmsnorm(x, r, w, residual_out=o)),
+                       lambda t=t: (lambda x=_bf16(t, h), r=_bf16(t, h): peer_add(x, r, w)),
+                       None, None)
 
 
 def rmsnorm_section(copy: dict, quick: bool) -> list[dict]:
