@@ -51,13 +51,11 @@ def test_quant_isa(generated, arch):
         # every variant reads its input with 16-byte loads
         assert counts[LOAD128[arch]] > 0, r["uri"]
         assert r["occupancy"] >= 4, (r["uri"], r["vgpr_count"])
-        # a group's amax moves between lanes as DPP operands: no LDS round trip (ds_bpermute)
-        # where a group spans at most a DPP row of 16 lanes (16-byte loads of 16-bit values)
-        lanes = r["params"]["group_size"] * (4 if r["params"]["dtype"] == "fp32" else 2) // 16
+        # a group's amax moves between lanes as DPP operands, and past a DPP row of 16 lanes
+        # (fp32 at G = 128) as the row sums do: no LDS round trip (ds_bpermute)
         assert dpp_instructions(out / r["asm"]) > 0, r["uri"]
-        if lanes <= 16 or wide_steps_in_registers(arch):
-            assert amd_instructions(out / r["asm"], "ds_bpermute_b32")["ds_bpermute_b32"] == 0, \
-                r["uri"]
+        assert amd_instructions(out / r["asm"], "ds_bpermute_b32")["ds_bpermute_b32"] == 0, \
+            r["uri"]
 
 
 def dpp_instructions(asm) -> int:
@@ -65,17 +63,11 @@ def dpp_instructions(asm) -> int:
     return len(re.findall(r"^\s+v_\w+_dpp\b", asm.read_text(), re.M))
 
 
-def wide_steps_in_registers(arch) -> bool:
-    """Whether the xor exchange moves lanes 16 and 32 apart in registers: v_permlanex16 on the
-    wave32 targets, v_permlane16_swap / v_permlane32_swap on gfx950; gfx942 and gfx90a exchange
-    them through LDS (ds_bpermute)."""
-    return get_target(arch).wave_size == 32 or arch == "gfx950"
-
-
 def assert_row_sums_in_registers(asm, arch, uri) -> None:
-    """Sums over rows past a DPP row take no LDS round trip: the exchanges above where the
-    target has them, else (gfx942, gfx90a) the last steps of a wave's sum read each 16-lane row's
-    value as a scalar (v_readlane)."""
+    """Sums over rows past a DPP row take no LDS round trip: v_permlanex16 on the wave32
+    targets, v_permlane16_swap / v_permlane32_swap on gfx950, and on gfx942 / gfx90a (no register
+    form of those exchanges) the last steps read each 16-lane row's value as a scalar
+    (v_readlane)."""
     names = ("ds_bpermute_b32", "v_permlanex16_b32", "v_permlane16_swap_b32_e32",
              "v_permlane32_swap_b32_e32", "v_readlane_b32")
     counts = amd_instructions(asm, *names)

@@ -74,16 +74,20 @@ CG_DEVICE float shfl_xor_f32(float v, int mask) {
   return __shfl_xor_sync(0xffffffffu, v, mask, WIDTH);
 }
 
-// Each v[k] summed over aligned segments of WIDTH lanes by an xor butterfly, largest step
-// first (the N sums' steps interleaved). Every lane gets its segment's sum with the same bits: a
-// step adds each pair in both orders.
-template <int WIDTH, int N>
-CG_DEVICE void butterfly_sum(float (&v)[N]) {
+// Each v[k] reduced with op (commutative) over aligned segments of WIDTH lanes by an xor
+// butterfly, largest step first (the N reductions' steps interleaved). Every lane gets its
+// segment's result with the same bits: a step combines each pair in both orders.
+template <int WIDTH, int N, class T, class Op>
+CG_DEVICE void butterfly(T (&v)[N], Op op) {
 #pragma unroll
   for (int off = WIDTH / 2; off > 0; off >>= 1) {
 #pragma unroll
-    for (int k = 0; k < N; ++k) v[k] += shfl_xor_f32<WIDTH>(v[k], off);
+    for (int k = 0; k < N; ++k) v[k] = op(v[k], __shfl_xor_sync(0xffffffffu, v[k], off, WIDTH));
   }
+}
+template <int WIDTH, int N>
+CG_DEVICE void butterfly_sum(float (&v)[N]) {
+  butterfly<WIDTH>(v, [](float a, float b) { return a + b; });
 }
 template <int WIDTH>
 CG_DEVICE float butterfly_sum(float v) {

@@ -113,37 +113,51 @@ CG_DEVICE float shfl_xor_f32(float v, int mask) {
   return bits_to_float(shfl_xor_u32<WIDTH>(float_to_bits(v), mask));
 }
 
-// Each v[k] summed over aligned segments of WIDTH lanes by an xor butterfly (the N sums' steps
-// interleaved); every lane gets its segment's sum with the same bits (a step adds each pair in
-// both orders). Largest step first, as on CUDA, where steps 16 and 32 move in registers
-// (shfl_xor_u32). gfx942 / gfx90a can move them only through LDS, so there the smallest step
-// goes first: after the DPP steps every 16-lane row holds one value, and a full wave's last two
-// steps are those four values read as scalars (v_readlane), added as the butterfly adds them.
-template <int WIDTH, int N>
-CG_DEVICE void butterfly_sum(float (&v)[N]) {
+// Each v[k] reduced with op (commutative) over aligned segments of WIDTH lanes by an xor
+// butterfly (the N reductions' steps interleaved); every lane gets its segment's result with the
+// same bits (a step combines each pair in both orders). Largest step first, as on CUDA, where
+// steps 16 and 32 move in registers (shfl_xor_u32). gfx942 / gfx90a can move them only through
+// LDS, so there the smallest step goes first: after the DPP steps every 16-lane row holds one
+// value, and the last steps combine the rows' values read as scalars (v_readlane) as the
+// butterfly combines them: (R0 op R1) op (R2 op R3) for a wave, R0 op R1 or R2 op R3 for a half.
+template <int WIDTH, int N, class T, class Op>
+CG_DEVICE void butterfly(T (&v)[N], Op op) {
+  static_assert(sizeof(T) == 4, "32-bit values");
+  auto exchange = [](T x, int off) {
+    return __builtin_bit_cast(T, shfl_xor_u32<WIDTH>(__builtin_bit_cast(uint32_t, x), off));
+  };
 #if defined(__gfx942__) || defined(__gfx90a__)
 #pragma unroll
-  for (int off = 1; off < WIDTH && (off < 16 || WIDTH < 64); off <<= 1) {
+  for (int off = 1; off < WIDTH && off < 16; off <<= 1) {
 #pragma unroll
-    for (int k = 0; k < N; ++k) v[k] += shfl_xor_f32<WIDTH>(v[k], off);
+    for (int k = 0; k < N; ++k) v[k] = op(v[k], exchange(v[k], off));
   }
-  if constexpr (WIDTH == 64) {
+  if constexpr (WIDTH >= 32) {
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      const int bits = int(float_to_bits(v[k]));
+      const int bits = __builtin_bit_cast(int, v[k]);
       auto row = [&](int r) {
-        return bits_to_float(uint32_t(__builtin_amdgcn_readlane(bits, 16 * r)));
+        return __builtin_bit_cast(T, __builtin_amdgcn_readlane(bits, 16 * r));
       };
-      v[k] = (row(0) + row(1)) + (row(2) + row(3));
+      if constexpr (WIDTH == 64) {
+        v[k] = op(op(row(0), row(1)), op(row(2), row(3)));
+      } else {   // 32: this lane's half of the wave
+        const uint32_t lane = __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+        v[k] = lane < 32 ? op(row(0), row(1)) : op(row(2), row(3));
+      }
     }
   }
 #else
 #pragma unroll
   for (int off = WIDTH / 2; off > 0; off >>= 1) {
 #pragma unroll
-    for (int k = 0; k < N; ++k) v[k] += shfl_xor_f32<WIDTH>(v[k], off);
+    for (int k = 0; k < N; ++k) v[k] = op(v[k], exchange(v[k], off));
   }
 #endif
+}
+template <int WIDTH, int N>
+CG_DEVICE void butterfly_sum(float (&v)[N]) {
+  butterfly<WIDTH>(v, [](float a, float b) { return a + b; });
 }
 template <int WIDTH>
 CG_DEVICE float butterfly_sum(float v) {

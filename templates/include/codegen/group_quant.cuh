@@ -115,10 +115,9 @@ struct PackedSource {
 // the lane's abs_max. Writes N fp8 bytes as N/4 words; returns the group's scale.
 template <int TPG, int N, bool UE8M0, typename Source>
 CG_DEVICE float quantize_group_src(const Source& src, uint32_t lane_max, uint32_t (&out)[N / 4]) {
-  uint32_t m = lane_max;
-#pragma unroll
-  for (int off = TPG / 2; off > 0; off >>= 1) m = umax(m, shfl_xor_u32<TPG>(m, off));
-  float scale = div_by_fp8_max(bits_to_float(umax(m, float_to_bits(1e-10f))));
+  uint32_t m[1] = {lane_max};
+  butterfly<TPG>(m, [](uint32_t a, uint32_t b) { return umax(a, b); });
+  float scale = div_by_fp8_max(bits_to_float(umax(m[0], float_to_bits(1e-10f))));
   Divisor d;
   if constexpr (UE8M0) {
     // A power-of-two scale: its reciprocal is exact (exponent negated), so is x * d.y. An inf /
