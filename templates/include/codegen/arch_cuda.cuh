@@ -85,16 +85,6 @@ CG_DEVICE void butterfly(T (&v)[N], Op op) {
     for (int k = 0; k < N; ++k) v[k] = op(v[k], __shfl_xor_sync(0xffffffffu, v[k], off, WIDTH));
   }
 }
-template <int WIDTH, int N>
-CG_DEVICE void butterfly_sum(float (&v)[N]) {
-  butterfly<WIDTH>(v, [](float a, float b) { return a + b; });
-}
-template <int WIDTH>
-CG_DEVICE float butterfly_sum(float v) {
-  float a[1] = {v};
-  butterfly_sum<WIDTH>(a);
-  return a[0];
-}
 
 // Whether p holds on any lane of the warp (the same answer on every lane).
 CG_DEVICE bool wave_any(bool p) { return __any_sync(0xffffffffu, p); }

@@ -155,16 +155,6 @@ CG_DEVICE void butterfly(T (&v)[N], Op op) {
   }
 #endif
 }
-template <int WIDTH, int N>
-CG_DEVICE void butterfly_sum(float (&v)[N]) {
-  butterfly<WIDTH>(v, [](float a, float b) { return a + b; });
-}
-template <int WIDTH>
-CG_DEVICE float butterfly_sum(float v) {
-  float a[1] = {v};
-  butterfly_sum<WIDTH>(a);
-  return a[0];
-}
 
 // Global -> LDS copies: a plain 16-byte load and store here (the wave waits for the load), so
 // the commit / wait calls that order asynchronous copies elsewhere have nothing to do.
