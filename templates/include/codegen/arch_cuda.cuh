@@ -64,16 +64,6 @@ CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
   return r;
 }
 
-// Butterfly exchange within aligned segments of WIDTH lanes.
-template <int WIDTH>
-CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
-  return __shfl_xor_sync(0xffffffffu, v, mask, WIDTH);
-}
-template <int WIDTH>
-CG_DEVICE float shfl_xor_f32(float v, int mask) {
-  return __shfl_xor_sync(0xffffffffu, v, mask, WIDTH);
-}
-
 // Each v[k] reduced with op (commutative) over aligned segments of WIDTH lanes by an xor
 // butterfly, largest step first (the N reductions' steps interleaved). Every lane gets its
 // segment's result with the same bits: a step combines each pair in both orders.

@@ -1,4 +1,5 @@
-// AMD primitives (HIP, gfx9 / gfx11 / gfx12). Mirrors arch_cuda.cuh function by function.
+// AMD primitives (HIP, gfx9 / gfx11 / gfx12). Mirrors arch_cuda.cuh function by function, plus
+// shfl_xor_u32, the lane exchange that butterfly is built on here.
 // Only compiler builtins and clang's __bf16 / _Float16 are used: no hip_fp16.h / hip_fp8.h,
 // so the kernels do not depend on which ROCm release's headers are installed.
 #pragma once
@@ -107,10 +108,6 @@ CG_DEVICE uint32_t shfl_xor_u32(uint32_t v, int mask) {
 #endif
   }
   return uint32_t(__shfl_xor(x, mask, WIDTH));
-}
-template <int WIDTH>
-CG_DEVICE float shfl_xor_f32(float v, int mask) {
-  return bits_to_float(shfl_xor_u32<WIDTH>(float_to_bits(v), mask));
 }
 
 // Each v[k] reduced with op (commutative) over aligned segments of WIDTH lanes by an xor
