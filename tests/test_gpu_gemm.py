@@ -265,9 +265,8 @@ def scale_layouts(sa: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def test_tma_scale_layouts():
     """sm_90a's tma tiles with A's scales in each layout: narrow tiles' staged build copies them
-    with the stages where their rows or columns are 16-byte aligned (a pitch of a multiple of 4
-    floats: row_pitch_4, col_tma, row where K / 128 is one), the other builds read them in
-    place; the NaN padding never reaches a stored row. Tails in M, N and K."""
+    with the stages where they are column-major in 16-byte aligned columns (col_tma), the other
+    builds read them in place; the NaN padding never reaches a stored row. Tails in M, N and K."""
     if device_arch(torch.device("cuda")) != "sm_90a":
         pytest.skip("the tma kernel is sm_90a's")
     cfgs = [c for c in built_configs() if c["kernel"] == "tma"]

@@ -174,11 +174,11 @@ def wgmma_smem_bytes(v: Variant) -> int:
 
 
 def tma_staged_bytes(v: Variant) -> int:
-    """tma kernel: the shared memory its staged build adds (A's scales of each stage, up to 4
-    K blocks of each row, aligned to 128; narrow tiles, whose K steps are shorter than a scale
-    load's trip from L2), 0 where it has none."""
+    """tma kernel: the shared memory its staged build adds (A's column-major scales of each
+    stage, aligned to 128; narrow tiles, whose K steps are shorter than a scale load's trip from
+    L2), 0 where it has none."""
     narrow = v["kernel"] == "tma" and v["block_n"] <= 64 and not tma_one_set(v)
-    return 128 + v["stages"] * v["block_m"] * 16 if narrow else 0
+    return 128 + v["stages"] * v["block_m"] * 4 if narrow else 0
 
 
 def tma_straddles(bn: int) -> list[int]:
