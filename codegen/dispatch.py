@@ -51,14 +51,6 @@ def variant_for(family: str, arch: str, **params) -> Variant:
     return v
 
 
-def supports(family: str, arch: str, **params) -> tuple[bool, str]:
-    """Capability check without building: (True, uri) or (False, reason)."""
-    try:
-        return True, variant_for(family, arch, **params).uri
-    except (Unsupported, ValueError) as e:
-        return False, str(e)
-
-
 def _load(variant: Variant):
     """The variant's module, loaded; one that fails to load is evicted and built again, once."""
     path = module_path(variant)

@@ -180,6 +180,36 @@ def test_supported_answers_for_arch_names_and_without_a_gpu():
         assert all("no GPU" in r for r in s.why_not.values())
 
 
+def test_rmsnorm_from_module_takes_eps_and_size_as_the_source_means_them():
+    """torch.nn.RMSNorm's eps=None is the dtype's machine epsilon, an eps of 0 stays 0, a
+    Hugging Face style .variance_epsilon is read, and what RMSNorm cannot do is refused."""
+    w = torch.randn(256, dtype=torch.bfloat16)
+    src = nn.RMSNorm(256, eps=None, dtype=torch.bfloat16)
+    src.weight.data.copy_(w)
+    layer = cnn.RMSNorm.from_module(src)
+    assert layer.eps == torch.finfo(torch.bfloat16).eps and layer.hidden_size == 256
+    assert layer.weight.dtype == torch.bfloat16 and torch.equal(layer.weight, w)
+    assert cnn.RMSNorm.from_module(nn.RMSNorm(64, eps=0.0)).eps == 0.0
+    bare = cnn.RMSNorm.from_module(nn.RMSNorm(64, eps=1e-5, elementwise_affine=False))
+    assert bare.eps == 1e-5 and bare.hidden_size == 64 and torch.equal(
+        bare.weight, torch.ones(64, dtype=torch.bfloat16))
+
+    class HFNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight, self.variance_epsilon = nn.Parameter(torch.ones(128)), 1e-5
+
+    assert cnn.RMSNorm.from_module(HFNorm()).eps == 1e-5
+    with pytest.raises(ValueError, match="norm: normalized shape"):
+        cnn.RMSNorm.from_module(nn.RMSNorm((4, 64)))
+    nameless = HFNorm()
+    del nameless.variance_epsilon
+    with pytest.raises(ValueError, match="norm: HFNorm has neither"):
+        cnn.RMSNorm.from_module(nameless)
+    with pytest.raises(ValueError, match=r"norm: normalized shape \(8, 8\)"):
+        cnn.RMSNorm.from_module(nn.Linear(8, 8))
+
+
 def test_importing_everything_works_with_no_gpu_runtime():
     code = ("import codegen, codegen.ops, codegen.nn, codegen.vllm, codegen.aiter, codegen.cli, "
             "codegen.emu; "

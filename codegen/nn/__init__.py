@@ -196,13 +196,25 @@ class RMSNorm(nn.Module):
 
     @classmethod
     def from_module(cls, norm: nn.Module, quantize: bool = False) -> "RMSNorm":
-        """From torch.nn.RMSNorm (or any module with .weight and .eps / .variance_epsilon)."""
+        """From torch.nn.RMSNorm or any module with .weight and .eps / .variance_epsilon that
+        normalizes over the last dim. torch's eps=None (the input dtype's machine epsilon) is
+        taken as the weight dtype's."""
         w = getattr(norm, "weight", None)
-        eps = getattr(norm, "eps", None) or getattr(norm, "variance_epsilon", None) or 1e-6
-        size = w.shape[0] if w is not None else norm.normalized_shape[-1]
-        layer = cls(size, eps, elementwise_affine=w is not None, quantize=quantize,
-                    device=w.device if w is not None else None,
-                    dtype=w.dtype if w is not None else torch.bfloat16)
+        shape = tuple(getattr(norm, "normalized_shape", None) or
+                      (w.shape if w is not None else ()))
+        if len(shape) != 1:
+            raise ValueError(f"norm: normalized shape {shape} (from .normalized_shape or "
+                             ".weight); RMSNorm normalizes over the last dim only")
+        dtype = w.dtype if w is not None else torch.bfloat16
+        if hasattr(norm, "eps"):
+            eps = norm.eps if norm.eps is not None else torch.finfo(dtype).eps
+        elif hasattr(norm, "variance_epsilon"):
+            eps = norm.variance_epsilon
+        else:
+            raise ValueError(f"norm: {type(norm).__name__} has neither .eps nor "
+                             ".variance_epsilon")
+        layer = cls(shape[0], eps, elementwise_affine=w is not None, quantize=quantize,
+                    device=w.device if w is not None else None, dtype=dtype)
         if w is not None:
             layer.weight.data.copy_(w.detach())
         return layer
