@@ -60,7 +60,7 @@ def _ops(text: str | None) -> list[str] | None:
 # ---- build ----
 
 def cmd_build(args) -> int:
-    target = _target(args.arch)
+    target, ops = _target(args.arch), _ops(args.ops)   # bad arguments before any output
     from tqdm import tqdm
 
     from .build.aot import build
@@ -69,7 +69,7 @@ def cmd_build(args) -> int:
 
     try:
         with tqdm(desc=f"compiling for {target.arch}", unit="file", file=sys.stderr) as bar:
-            manifest = build(target, ops=_ops(args.ops), jobs=args.jobs, out_dir=args.out,
+            manifest = build(target, ops=ops, jobs=args.jobs, out_dir=args.out,
                              progress=bar, emu=args.emu)
     except (ToolchainError, StorageError) as e:
         raise CliError(str(e)) from None
@@ -170,6 +170,9 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
     if op == gemm.FAMILY:
         if None in (m, n, k):
             raise CliError(f"{op}: give the shape: --m M --n N --k K")
+        if k % 16:   # as the op refuses it
+            return [f"unsupported: --k {k} is not a multiple of 16 (rows are read 16 bytes at "
+                    f"a time); pad A and B with zero columns to {-(-k // 16) * 16}"]
         entry = gemm.table(arch).get((gemm.m_bucket(m), n, k))
         cfg = entry or gemm.heuristic(arch, m)
         how = (f"table hit in {gemm.table_path(arch).name} at (M bucket {gemm.m_bucket(m)}, "
@@ -339,7 +342,7 @@ def _gpu_line() -> str:
 def cmd_cache(args) -> int:
     root = knobs.cache_dir()
     if args.action == "clear":
-        targets = [root / args.arch] if args.arch else [root]
+        targets = [root / _target(args.arch).arch] if args.arch else [root]
         for t in targets:
             if t.exists():
                 shutil.rmtree(t)

@@ -92,6 +92,10 @@ def test_cli_exit_codes_name_the_cause(tmp_path):
     assert r.returncode == 2 and "--arch" in r.stderr and "gfx942" in r.stderr
     r = run(["-m", "codegen", "build", "--arch", "gfx942", "--ops", "gemm"], cwd=ROOT)
     assert r.returncode == 2 and "--ops: unknown gemm" in r.stderr
+    assert "compiling" not in r.stderr      # refused before any progress is shown
+    r = run(["-m", "codegen", "cache", "clear", "--arch", "gfx1030"], cwd=ROOT,
+            env={**os.environ, "CODEGEN_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 2 and "--arch: unknown arch 'gfx1030'" in r.stderr
     r = run(["-m", "codegen", "list", "--arch", "gfx942", "--out", str(tmp_path)], cwd=ROOT)
     assert r.returncode == 2 and "no manifest" in r.stderr and "codegen build" in r.stderr
     r = run(["-m", "codegen", "explain", "--arch", "sm_90a", "gemm_a8w8_blockscale"], cwd=ROOT)
@@ -112,6 +116,9 @@ def test_explain_says_table_hit_or_heuristic():
     lines = explain("gfx942", gemm.FAMILY, {}, 3000, 100, 512)
     assert any(line.startswith("why: heuristic by M") for line in lines)
     assert json.loads(lines[1].removeprefix("config: ")) == gemm.heuristic("gfx942", 3000)
+    lines = explain("gfx942", gemm.FAMILY, {}, 16, 2112, 7000)
+    assert lines == ["unsupported: --k 7000 is not a multiple of 16 (rows are read 16 bytes at a "
+                     "time); pad A and B with zero columns to 7008"]
     lines = explain("gfx1100", "group_quant_fp8", {"dtype": "bf16"})
     assert lines == ["unsupported: arch gfx1100 has no FP8 support; group_quant_fp8 is not "
                      "offered there"]
