@@ -170,9 +170,8 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
     if op == gemm.FAMILY:
         if None in (m, n, k):
             raise CliError(f"{op}: give the shape: --m M --n N --k K")
-        if k % 16:   # as the op refuses it
-            return [f"unsupported: --k {k} is not a multiple of 16 (rows are read 16 bytes at "
-                    f"a time); pad A and B with zero columns to {-(-k // 16) * 16}"]
+        if why := gemm.k_refused(k):   # as the op refuses it
+            return [f"unsupported: --k {why}"]
         entry = gemm.table(arch).get((gemm.m_bucket(m), n, k))
         cfg = entry or gemm.heuristic(arch, m)
         how = (f"table hit in {gemm.table_path(arch).name} at (M bucket {gemm.m_bucket(m)}, "

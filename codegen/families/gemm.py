@@ -364,6 +364,15 @@ def mma_config(arch: str, block_m: int, block_n: int, split_k: int = 1, cluster:
         {**two, "stages": 1}
 
 
+def k_refused(k: int) -> str | None:
+    """Why the kernels refuse K (after the argument's name), or None: rows are read 16 bytes at
+    a time."""
+    if k % 16 == 0:
+        return None
+    return (f"{k} is not a multiple of 16 (rows are read 16 bytes at a time); pad A and B with "
+            f"zero columns to {-(-k // 16) * 16}")
+
+
 def heuristic(arch: str, m: int) -> dict:
     """The config for a shape no table entry covers: by M only, valid for any N and K."""
     if m == 1:   # decode: stream the weights with every wave, no matrix instructions

@@ -92,9 +92,8 @@ def _check(a, a_scales, b, b_scales) -> None:
     (m, k), (n, kb_) = a.shape, b.shape
     if kb_ != k:
         raise ValueError(f"b: shape {tuple(b.shape)} has K={kb_}, a has K={k}")
-    if k % 16:
-        raise ValueError(f"a: K={k} is not a multiple of 16 (rows are read 16 bytes at a time); "
-                         f"pad A and B with zero columns to {-(-k // 16) * 16}")
+    if why := fam.k_refused(k):
+        raise ValueError(f"a: K={why}")
     for name, t in (("a", a), ("b", b)):
         if t.stride(0) % 16 or t.data_ptr() % 16:
             raise ValueError(f"{name}: rows must start on 16-byte boundaries "
