@@ -13,6 +13,8 @@ from __future__ import annotations
 import torch
 
 from . import ops
+from .ops import quant
+from .ops._common import check_tensor
 from .reference import EPS_AMAX
 
 __all__ = ["per_token_group_quant_fp8", "rms_norm", "fused_add_rms_norm",
@@ -39,17 +41,15 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
         raise ValueError(f"x: column-major scales need 2-D x, got shape {tuple(x.shape)}")
     layout = ("col_tma" if tma_aligned_scales else "col") if column_major_scales else "row"
     flat = x.dim() == 2
+    if out_q is not None:     # checked here, where it is called out_q
+        check_tensor("x", x)
+        quant.check_out(out_q, x, quant.resolve_fp8(x, dtype, None)[0], "out_q")
     q, s = ops.per_token_group_quant_fp8(_rows(x), group_size, scale_layout=layout,
-                                         ue8m0=bool(use_ue8m0), fp8_dtype=dtype)
-    if out_q is not None:
-        if out_q.shape != x.shape or out_q.dtype != q.dtype:
-            raise ValueError(f"out_q: {tuple(out_q.shape)} {out_q.dtype}, expected "
-                             f"{tuple(x.shape)} {q.dtype}")
-        out_q.copy_(q.view(x.shape))
-        q = out_q
+                                         ue8m0=bool(use_ue8m0), fp8_dtype=dtype,
+                                         out=None if out_q is None else _rows(out_q, True))
     if flat:
         return q, s
-    return q.view(x.shape), s.view(*x.shape[:-1], s.shape[-1])
+    return q.view(x.shape) if out_q is None else out_q, s.view(*x.shape[:-1], s.shape[-1])
 
 
 def _rows(t: torch.Tensor, written: bool = False) -> torch.Tensor:

@@ -144,6 +144,33 @@ def test_emu_quant_boundaries_and_special_values(arch):
     torch.testing.assert_close(q.float(), rq.float(), equal_nan=True, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_quant_into_out(arch):
+    """q written into the caller's buffer (poisoned, so an unwritten byte shows), through the
+    op and vLLM's out_q; a wrong buffer is refused naming it."""
+    from codegen import vllm
+    on(arch)
+    dtype, fmax = fp8_of(arch)
+    x = rows_with_spread(21, 640 + 128, torch.bfloat16, device="cpu")[:, :640]   # strided rows
+    out = torch.full((21, 640), 0x7F, dtype=torch.uint8).view(dtype)
+    q, s = ops.per_token_group_quant_fp8(x, 64, scale_layout="col_tma", out=out)
+    rq, rs = reference.group_quant_fp8(x, 64, dtype, fmax)
+    assert q is out
+    assert_quant_exact(q, s, rq, rs)
+    x3 = x.contiguous().view(3, 7, 640)
+    out3 = torch.full((3, 7, 640), 0x7F, dtype=torch.uint8).view(dtype)
+    q3, s3 = vllm.per_token_group_quant_fp8(x3, 64, out_q=out3)
+    assert q3 is out3 and s3.shape == (3, 7, 10)
+    assert_quant_exact(q3.view(21, 640), s3.view(21, 10), rq, rs)
+    for bad, match in ((out.view(torch.uint8), "out: .*torch.uint8"),
+                       (out[:20], r"out: \(20, 640\)"),
+                       (out.t().contiguous().t(), "out: must be contiguous")):
+        with pytest.raises(ValueError, match=match):
+            ops.per_token_group_quant_fp8(x, 64, out=bad)
+    with pytest.raises(ValueError, match="out_q: "):
+        vllm.per_token_group_quant_fp8(x3, 64, out_q=out3.view(torch.uint8))
+
+
 def test_emu_quant_gfx942_max_240():
     on("gfx942")
     quant_and_check("gfx942", rows_with_spread(5, 512, torch.bfloat16, device="cpu"), 128,

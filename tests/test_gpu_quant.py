@@ -132,6 +132,24 @@ def test_bad_input_names_the_argument():
         ops.per_token_group_quant_fp8(x, fp8_max=100.0)
 
 
+def test_into_out_eager_after_a_plan_and_compiled():
+    """out= after calls of the same signature (whose plan the fast path holds) and under
+    torch.compile: q lands in out, poisoned beforehand, bit-exact."""
+    x = rows_with_spread(45, 2048, torch.bfloat16)
+    for _ in range(3):
+        q, s = ops.per_token_group_quant_fp8(x, 128, scale_layout="col")
+    f = torch.compile(lambda a, o: ops.per_token_group_quant_fp8(a, 128, scale_layout="col",
+                                                                 out=o), fullgraph=True)
+    for call in (lambda o: ops.per_token_group_quant_fp8(x, 128, scale_layout="col", out=o),
+                 lambda o: f(x, o)):
+        out = torch.full_like(q.view(torch.uint8), 0x7F).view(q.dtype)
+        q2, s2 = call(out)
+        assert q2.data_ptr() == out.data_ptr() and s2.stride() == s.stride()
+        assert torch.equal(out.view(torch.uint8), q.view(torch.uint8)) and torch.equal(s2, s)
+    with pytest.raises(ValueError, match="out: .*torch.bfloat16"):
+        ops.per_token_group_quant_fp8(x, 128, out=torch.empty_like(x))
+
+
 def test_torch_compile_and_graph_capture():
     x = rows_with_spread(64, 2048, torch.bfloat16)
     eager = ops.per_token_group_quant_fp8(x, 128, scale_layout="col_tma")

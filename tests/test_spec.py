@@ -84,6 +84,17 @@ def test_occupancy_figures():
     assert get_target("gfx942").occupancy(128, 0, 256) == 4
     # 32 registers on Hopper: 64 warps per SM.
     assert get_target("sm_90a").occupancy(32, 0, 256) == 64
+    # LDS: 32 KB blocks of 8 waves; a CDNA3 CU (64 KB) holds 2 of them, 4 waves per SIMD; an
+    # RDNA4 WGP (HIP's multiprocessor, 128 KB) holds 4, 8 waves per SIMD.
+    assert get_target("gfx942").occupancy(64, 32768, 512) == 4
+    assert get_target("gfx1201").occupancy(64, 32768, 256) == 8
+
+
+def test_lds_rate_per_simd():
+    # a dword per bank and cycle: 32 banks per CDNA3 CU, 64 per RDNA WGP, each shared by 4 SIMDs
+    for arch, per_simd in (("gfx942", 32), ("gfx1201", 64), ("gfx1100", 64)):
+        t = get_target(arch)
+        assert t.lds_bytes_per_clk / t.simds_per_cu == per_simd, arch
 
 
 # Variants each arch builds for the RMSNorm families (the ISA test compiles all of them for six

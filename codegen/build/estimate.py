@@ -7,8 +7,9 @@ Per wave and K block:
 - matrix cycles: each matrix instruction's issue-to-issue cycles on one SIMD (Atom.cycles);
 - issue cycles: a VALU instruction takes 4 cycles for wave64 (16 lanes a cycle on CDNA) and 1
   for wave32 (RDNA's 32-lane SIMD); SALU, memory and LDS instructions 1 issue each;
-- LDS cycles: the bytes the wave moves through LDS at 32 bytes a cycle per SIMD (128 a cycle per
-  CU or WGP, shared by 4 SIMDs).
+- LDS cycles: the bytes the wave moves through LDS at its SIMD's share of the LDS rate (a dword
+  per bank and cycle, shared by the 4 SIMDs: 128 bytes a cycle per CDNA CU, 256 per RDNA WGP;
+  codegen/targets.py).
 The loop is the innermost one LLVM's loop comments mark around the matrix instructions; blocks
 inside it that run only on some iterations (tails) count in full, so the estimate leans high.
 It is a ranking aid, not a timing: it ignores latency, occupancy and memory stalls (the tuner
@@ -26,7 +27,6 @@ _MEMBER = re.compile(r"in Loop: Header=(BB\d+_\d+) Depth=(\d+)")
 _LDS_BYTES = {"b128": 16, "b96": 12, "b64": 8, "b32": 4, "u16": 2, "i16": 2, "b16": 2, "u8": 1,
               "i8": 1, "b8": 1}
 _NO_ISSUE = ("s_waitcnt", "s_barrier", "s_nop", "s_setprio", "s_sleep", "s_delay_alu")
-LDS_BYTES_PER_CYCLE = 32      # per SIMD
 
 
 @dataclass(frozen=True)
@@ -72,10 +72,11 @@ def _lds_bytes(op: str) -> int:
     return per * (2 if op.startswith(("ds_read2", "ds_write2", "ds_load_2", "ds_store_2")) else 1)
 
 
-def estimate(asm: str, matrix_cycles: dict[str, int], per_kblock: int, wave: int
-             ) -> LoopEstimate | None:
+def estimate(asm: str, matrix_cycles: dict[str, int], per_kblock: int, wave: int,
+             lds_bytes_per_clk: float) -> LoopEstimate | None:
     """The K loop's estimate. matrix_cycles: cycles of each matrix mnemonic the kernel may use;
-    per_kblock: matrix instructions a wave issues per K block. None when no loop holds them."""
+    per_kblock: matrix instructions a wave issues per K block; lds_bytes_per_clk: one SIMD's
+    share of the LDS rate. None when no loop holds them."""
     best = None
     for depth, ops in loop_bodies(asm).values():
         n = sum(op in matrix_cycles for op in ops)
@@ -90,7 +91,7 @@ def estimate(asm: str, matrix_cycles: dict[str, int], per_kblock: int, wave: int
     other = sum(op.startswith(("s_", "ds_", "global_", "buffer_", "flat_", "scratch_"))
                 and not op.startswith(_NO_ISSUE) for op in ops)
     issue = valu * (4 if wave == 64 else 1) + other
-    lds = sum(_lds_bytes(op) for op in ops if op.startswith("ds_")) * wave / LDS_BYTES_PER_CYCLE
+    lds = sum(_lds_bytes(op) for op in ops if op.startswith("ds_")) * wave / lds_bytes_per_clk
     parts = {"matrix": matrix / kblocks, "issue": issue / kblocks, "lds": lds / kblocks}
     bound = max(parts, key=parts.get)
     return LoopEstimate(parts["matrix"], parts["issue"], parts["lds"], bound,

@@ -141,8 +141,9 @@ def loop_estimate(v: Variant, asm: str):
     atom = atom_for(v.arch, v["kernel"], v["atom"])
     if atom is None or not atom.cycles:
         return None
+    t = v.target
     return estimate(asm, {atom.mnemonic: atom.cycles}, wave_instructions_per_kblock(v, atom),
-                    v.target.wave_size)
+                    t.wave_size, t.lds_bytes_per_clk / t.simds_per_cu)
 
 
 def lds_smem_bytes(v: Variant) -> int:

@@ -38,9 +38,9 @@ def _fake(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
     return q, empty_scales(t, h // group_size, scale_layout, x)
 
 
-def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype, kernel=None):
+def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype, kernel=None, out=None):
     t, h = x.shape
-    q = x.new_empty((t, h), dtype=fp8_dtype)
+    q = x.new_empty((t, h), dtype=fp8_dtype) if out is None else out
     s = empty_scales(t, h // group_size, scale_layout, x)
     if t == 0 or h == 0:
         return q, s
@@ -99,6 +99,17 @@ def check_group(h: int, group_size: int, scale_layout: str) -> None:
         raise ValueError(f"scale_layout: {scale_layout!r}; expected one of {SCALE_LAYOUTS}")
 
 
+def check_out(out, x: torch.Tensor, dtype: torch.dtype, name: str = "out") -> None:
+    """out, the caller's q: x's shape and device, the FP8 dtype, contiguous."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(out).__name__}")
+    if out.shape != x.shape or out.dtype != dtype or out.device != x.device:
+        raise ValueError(f"{name}: {tuple(out.shape)} {out.dtype} on {out.device}, expected "
+                         f"{tuple(x.shape)} {dtype} on {x.device}")
+    if not out.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous, got strides {out.stride()}")
+
+
 _plans: dict[tuple, tuple] = {}
 CACHES.append(_plans)
 
@@ -106,20 +117,23 @@ CACHES.append(_plans)
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
                               scale_layout: str = "row", ue8m0: bool = False,
                               fp8_dtype: torch.dtype | None = None,
-                              fp8_max: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                              fp8_max: float | None = None,
+                              out: torch.Tensor | None = None
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize x [T, H] (bf16/fp16/fp32, last dim contiguous, rows may be strided) to FP8.
 
-    Returns (q [T, H] fp8, scales fp32 [T, H/G]) with x ~= q * scales per group.
+    Returns (q [T, H] fp8, scales fp32 [T, H/G]) with x ~= q * scales per group; q is out
+    where given (x's shape and device, the FP8 dtype, contiguous).
     scale_layout: "row" (row-major), "col" (column-major, strides (1, T)) or "col_tma"
     (column-major, T padded to a multiple of 4: strides (1, round_up(T, 4))).
     ue8m0: round each scale up to a power of two. fp8_dtype / fp8_max: default to the device's
     format (e4m3fnuz / 224 on gfx942, where 240 is also offered; e4m3fn / 448 elsewhere).
     """
     params = (group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
-    if not _is_compiling():   # the C++ path, where this call's signature has a plan
-        out = _fast.call("quant", params, x)
-        if out is not None:
-            return out
+    if out is None and not _is_compiling():   # the C++ path, where the signature has a plan
+        res = _fast.call("quant", params, x)
+        if res is not None:
+            return res
     # Everything but T is checked once per plan key; the eager path then allocates and launches.
     try:
         key = (x.dtype, x.get_device(), x.dim(), x.shape[-1], x.stride(-1), group_size,
@@ -135,13 +149,16 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
         if key is not None:
             _plans[key] = plan
     dtype, fmax, kern = plan
+    if out is not None:
+        check_out(out, x, dtype)
     if _is_compiling():
-        return torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout,
+        q, s = torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout,
                                                            bool(ue8m0), fmax, dtype)
+        return (q, s) if out is None else (out.copy_(q), s)
     if kern is None:   # first eager call of this plan: the kernel, built or loaded (JIT)
         kern = plan[2] = _kernel(x, group_size, scale_layout, bool(ue8m0), fmax)
-    out = _impl(x, group_size, scale_layout, ue8m0, fmax, dtype, kern)   # eager: no dispatch
+    q, s = _impl(x, group_size, scale_layout, ue8m0, fmax, dtype, kern, out)   # eager
     if key is not None:
         _fast.keep(_fast.QUANT, params, (x,), kern, dtype,
                    (x.shape[1] // group_size, _fast.LAYOUTS[scale_layout], fam.GRID_WAVES))
-    return out
+    return q, s
