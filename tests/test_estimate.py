@@ -37,17 +37,17 @@ def test_the_loop_is_the_marked_blocks():
 
 def test_cycles_per_k_block():
     est = estimate(ASM, {"v_mfma_f32_16x16x32_fp8_fp8": 16}, per_kblock=1, wave=64,
-                   lds_bytes_per_clk=32)
+                   lds_rates=(32, 32))
     # two K blocks per iteration; matrix 2 x 16; issue: 1 VALU x 4 + global, 3 ds, s_add,
     # s_cbranch_execz, s_cbranch_scc1 (the waitcnt issues nothing); LDS (16 + 16 + 16) x 64 / 32
     assert est.matrix_cycles == 16
     assert est.issue_cycles == (4 + 1 + 3 + 3) / 2
     assert est.lds_cycles == 48 * 64 / 32 / 2
     assert est.bound == "lds" and est.matrix_fraction == 16 / 48
-    assert estimate(ASM, {"v_wmma_f32_16x16x16_fp8_fp8": 8}, 1, 32, 64) is None   # not in the loop
-    # an RDNA SIMD's LDS share is twice CDNA's: the same bytes take half the cycles
-    rdna = estimate(ASM, {"v_mfma_f32_16x16x32_fp8_fp8": 16}, 1, 64, 64)
-    assert rdna.lds_cycles == 48 * 64 / 64 / 2
+    assert estimate(ASM, {"v_wmma_f32_16x16x16_fp8_fp8": 8}, 1, 32, (64, 64)) is None
+    # reads at twice the write rate (CDNA4): the 32 bytes read take half the cycles they did
+    fast_reads = estimate(ASM, {"v_mfma_f32_16x16x32_fp8_fp8": 16}, 1, 64, (64, 32))
+    assert fast_reads.lds_cycles == (32 * 64 / 64 + 16 * 64 / 32) / 2
 
 
 def test_predicted_cycles_counts_rounds_and_waves():

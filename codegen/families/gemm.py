@@ -143,7 +143,8 @@ def loop_estimate(v: Variant, asm: str):
         return None
     t = v.target
     return estimate(asm, {atom.mnemonic: atom.cycles}, wave_instructions_per_kblock(v, atom),
-                    t.wave_size, t.lds_bytes_per_clk / t.simds_per_cu)
+                    t.wave_size, (t.lds_read_per_clk / t.simds_per_cu,
+                                  t.lds_write_per_clk / t.simds_per_cu))
 
 
 def lds_smem_bytes(v: Variant) -> int:
