@@ -84,6 +84,16 @@ class Target:
             blocks = min(blocks, self.lds_per_cu // lds)
         return min(self.max_waves_per_simd, blocks * warps_per_block)
 
+    def blocks_per_cu(self, regs: int, lds: int, block_threads: int) -> int:
+        """AMD: blocks resident per CU (HIP's multiprocessor) at once; a block's waves spread
+        over the SIMDs, so one of fewer waves than SIMDs leaves some idle unless more fit."""
+        g = self.reg_granule
+        waves_per_simd = min(self.max_waves_per_simd,
+                             self.regs_per_simd // (-(-max(regs, 1) // g) * g))
+        waves_per_block = -(-block_threads // self.wave_size)
+        blocks = waves_per_simd * self.simds_per_cu // waves_per_block
+        return min(blocks, self.lds_per_cu // lds) if lds else blocks
+
 
 def _amd(arch, wave, fp8, matrix, lds, regs, granule, waves, cache_mib, lds_cu=65536,
          lds_clk=(128, 128)):

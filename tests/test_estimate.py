@@ -1,6 +1,7 @@
 """The static K-loop estimate (codegen/build/estimate.py) on hand-written assembly, and the
 tuner's best-first order built on it. The real kernels' estimates: tests/test_isa.py."""
 from codegen.build.estimate import estimate, loop_bodies, predicted_cycles
+from codegen.targets import get_target
 from codegen.tune import best_first
 
 ASM = """
@@ -51,13 +52,24 @@ def test_cycles_per_k_block():
 
 
 def test_predicted_cycles_counts_rounds_and_waves():
-    # 4 x 4 blocks of 1 wave, 2 CUs of 4 SIMDs holding 2 waves each: 16 blocks in one round of
-    # 8 per CU, 2 waves per SIMD, each 2 K blocks of 10 cycles
-    assert predicted_cycles(10, 64, 64, 256, 16, 16, 1, 1, 2, 4, 2) == 2 * 2 * 10
+    # 4 x 4 blocks of 1 wave, 2 CUs of 4 SIMDs holding 8 blocks each: 16 blocks in one round,
+    # 2 waves per SIMD, each 2 K blocks of 10 cycles
+    assert predicted_cycles(10, 64, 64, 256, 16, 16, 1, 1, 8, 4, 2) == 2 * 2 * 10
     # twice the blocks: two rounds
-    assert predicted_cycles(10, 128, 64, 256, 16, 16, 1, 1, 2, 4, 2) == 2 * (2 * 2 * 10)
+    assert predicted_cycles(10, 128, 64, 256, 16, 16, 1, 1, 8, 4, 2) == 2 * (2 * 2 * 10)
     # split K: more blocks, fewer K blocks each
-    assert predicted_cycles(10, 64, 64, 256, 16, 16, 2, 1, 2, 4, 2) == 2 * (2 * 1 * 10)
+    assert predicted_cycles(10, 64, 64, 256, 16, 16, 2, 1, 8, 4, 2) == 2 * (2 * 1 * 10)
+    # blocks of 2 waves, one per CU (its LDS): 8 rounds of a wave per busy SIMD
+    assert predicted_cycles(10, 64, 64, 256, 16, 16, 1, 2, 1, 4, 2) == 8 * (1 * 2 * 10)
+
+
+def test_blocks_per_cu_counts_idle_simds():
+    t = get_target("gfx942")
+    # 2 waves of 300 registers (304 allocated: 1 wave per SIMD), 54 KB of LDS: 1 block per CU,
+    # where registers alone would hold 2 (4 SIMDs of one wave each)
+    assert t.blocks_per_cu(300, 55296, 128) == 1 and t.blocks_per_cu(300, 0, 128) == 2
+    # 8 waves of 128 registers: 4 per SIMD, 2 blocks; 72 KB of LDS on gfx950 (160 KB): still 2
+    assert get_target("gfx950").blocks_per_cu(128, 73728, 512) == 2
 
 
 def test_best_first_puts_estimated_candidates_first_by_prediction():

@@ -101,13 +101,13 @@ def estimate(asm: str, matrix_cycles: dict[str, int], per_kblock: int, wave: int
 
 
 def predicted_cycles(cycles_per_kblock: float, m: int, n: int, k: int, block_m: int,
-                     block_n: int, split_k: int, waves_per_block: int, waves_per_simd: int,
+                     block_n: int, split_k: int, waves_per_block: int, blocks_per_cu: int,
                      simds_per_cu: int, cus: int) -> float:
     """Cycles of the whole GEMM from the loop estimate: the blocks run in rounds of what the
-    device holds at once (waves_per_simd: the occupancy); in a round each SIMD works through its
+    device holds at once (blocks_per_cu: the occupancy); in a round each SIMD works through its
     waves' K blocks one after another (its matrix unit, issue slots and LDS share are its own)."""
     blocks = -(-m // block_m) * -(-n // block_n) * split_k
-    per_cu = max(1, waves_per_simd * simds_per_cu // waves_per_block)
+    per_cu = max(1, blocks_per_cu)
     rounds = -(-blocks // (per_cu * cus))
     last = blocks - (rounds - 1) * per_cu * cus
 
