@@ -39,7 +39,8 @@ class Target:
     max_waves_per_simd: int    # AMD: waves per SIMD; NVIDIA: warps per SM
     simds_per_cu: int          # AMD SIMDs per CU; NVIDIA: 1 (the SM)
     lds_per_cu: int            # LDS / shared memory per CU / SM
-    lds_bytes_per_clk: int     # LDS bandwidth per CU / SM, all banks at once
+    lds_read_per_clk: int      # LDS bytes per clock per CU / SM: read
+    lds_write_per_clk: int     # ... and written
     # the largest cache in front of device memory on the target's largest part, bytes: AMD's
     # Infinity Cache where the part has one (torch reports only the L2), else the L2
     cache_bytes: int
@@ -83,11 +84,21 @@ class Target:
             blocks = min(blocks, self.lds_per_cu // lds)
         return min(self.max_waves_per_simd, blocks * warps_per_block)
 
+    def blocks_per_cu(self, regs: int, lds: int, block_threads: int) -> int:
+        """AMD: blocks resident per CU (HIP's multiprocessor) at once; a block's waves spread
+        over the SIMDs, so one of fewer waves than SIMDs leaves some idle unless more fit."""
+        g = self.reg_granule
+        waves_per_simd = min(self.max_waves_per_simd,
+                             self.regs_per_simd // (-(-max(regs, 1) // g) * g))
+        waves_per_block = -(-block_threads // self.wave_size)
+        blocks = waves_per_simd * self.simds_per_cu // waves_per_block
+        return min(blocks, self.lds_per_cu // lds) if lds else blocks
+
 
 def _amd(arch, wave, fp8, matrix, lds, regs, granule, waves, cache_mib, lds_cu=65536,
-         lds_clk=128):
+         lds_clk=(128, 128)):
     return Target(arch, "amd", wave, fp8, matrix, lds, regs, granule, waves, 4, lds_cu,
-                  lds_clk, cache_mib << 20)
+                  *lds_clk, cache_mib << 20)
 
 
 # Register-file figures are from AMD's ISA documents: CDNA3 has 512 (arch + acc) VGPRs per
@@ -97,18 +108,20 @@ def _amd(arch, wave, fp8, matrix, lds, regs, granule, waves, cache_mib, lds_cu=6
 # XTX 96 (L2 6), one MI250X GCD no Infinity Cache (L2 8); H100 / H200: L2 50.
 # A "CU" is what HIP counts as a multiprocessor: on RDNA, which runs in WGP mode by default,
 # that is the WGP (two CUs, 4 SIMD32, 128 KB of LDS in 64 dword banks; a workgroup may use
-# 64 KB); on CDNA3 the CU (4 SIMD16, 64 KB in 32 banks). gfx950's LDS rate is CDNA3's figure,
-# not confirmed for CDNA4.
-_WGP = (131072, 256)     # RDNA's multiprocessor: LDS bytes, LDS bytes per clock
+# 64 KB); on CDNA3 the CU (4 SIMD16, 64 KB in 32 banks, a dword per bank and clock). CDNA4
+# has 160 KB per CU and reads at twice CDNA3's rate (AMD's CDNA 4 disclosure); its write rate is
+# taken as CDNA3's.
+_WGP = dict(lds_cu=131072, lds_clk=(256, 256))     # RDNA's multiprocessor
 TARGETS: dict[str, Target] = {t.arch: t for t in (
     _amd("gfx942", 64, (E4M3FNUZ_224, E4M3FNUZ_240), "mfma_fp8", 65536, 512, 8, 8, 256),
-    _amd("gfx950", 64, (E4M3FN,), "mfma_f8f6f4", 163840, 512, 8, 8, 256, lds_cu=163840),
-    _amd("gfx1200", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16, 32, *_WGP),
-    _amd("gfx1201", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16, 64, *_WGP),
-    _amd("gfx1100", 32, (), "", 65536, 1536, 24, 16, 96, *_WGP),
+    _amd("gfx950", 64, (E4M3FN,), "mfma_f8f6f4", 163840, 512, 8, 8, 256, lds_cu=163840,
+         lds_clk=(256, 128)),
+    _amd("gfx1200", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16, 32, **_WGP),
+    _amd("gfx1201", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16, 64, **_WGP),
+    _amd("gfx1100", 32, (), "", 65536, 1536, 24, 16, 96, **_WGP),
     _amd("gfx90a", 64, (), "", 65536, 512, 8, 8, 8),
     Target("sm_90a", "nvidia", 32, (E4M3FN,), "wgmma_fp8", 232448, 65536, 256, 64, 1, 233472,
-           128, 50 << 20),
+           128, 128, 50 << 20),
 )}
 
 

@@ -77,8 +77,8 @@ def compile_all(arch: str, cands: list[dict]) -> None:
 
 
 def estimates(arch: str, cands: list[dict]) -> dict[int, tuple]:
-    """AMD: candidate index -> (K-loop cycles per wave and K block, waves per block, waves per
-    SIMD) from each compiled variant's assembly (codegen/build/estimate.py); {} elsewhere or
+    """AMD: candidate index -> (K-loop cycles per wave and K block, waves per block, blocks
+    per CU) from each compiled variant's assembly (codegen/build/estimate.py); {} elsewhere or
     where the toolchain wrote no assembly."""
     target = get_target(arch)
     if not target.is_hip:
@@ -98,7 +98,7 @@ def estimates(arch: str, cands: list[dict]) -> dict[int, tuple]:
         res = from_amdgpu_asm(asm)
         block = fam.block_threads(v)
         out[i] = (est.cycles, -(-block // target.wave_size),
-                  max(1, target.occupancy(res["vgpr_count"], res["lds_bytes"], block)))
+                  target.blocks_per_cu(res["vgpr_count"], res["lds_bytes"], block))
     return out
 
 
@@ -109,9 +109,9 @@ def best_first(cands: list[dict], est: dict[int, tuple], m: int, n: int, k: int,
 
     def predicted(i):
         c = cands[i]
-        cycles, wpb, occ = est[i]
+        cycles, wpb, blocks = est[i]
         return predicted_cycles(cycles, m, n, k, c["block_m"], c["block_n"], c["split_k"], wpb,
-                                occ, simds, cus)
+                                blocks, simds, cus)
     ranked = sorted((i for i in est), key=predicted)
     return ranked + [i for i in range(len(cands)) if i not in est]
 

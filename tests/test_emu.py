@@ -717,19 +717,20 @@ def test_emu_gap_mfma_32x32_accumulators(arch, atom):
         assert_rows_misplaced(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
 
 
-@pytest.mark.parametrize("c,shape", [
-    (gemm_family.config("lds", 128, 64, stages=2, atom="32x32x16", wave_tile="w64x32"),
-     (131, 136, 272)),
-    (gemm_family.config("mma", 64, 64), (67, 136, 272))], ids=["32x32x16", "16x16x32"])
-def test_emu_gap_mfma_acc_ab_gfx942(c, shape):
-    """Tiles over 256 registers make the compiler feed an MFMA operand from AGPRs (its ACC bit):
-    the 64 x 32 wave tile on v_mfma_f32_32x32x16_fp8_fp8 (264 registers) its A, a 64 x 64 mma
-    tile on v_mfma_f32_16x16x32_fp8_fp8 (280) its B; the emulator read VGPRs there."""
+@pytest.mark.parametrize("arch,c,shape", [
+    ("gfx950", gemm_family.config("lds", 128, 128, stages=2, atom="16x16x128",
+                                  wave_tile="w64x64"), (131, 136, 272)),
+    ("gfx942", gemm_family.config("mma", 64, 64), (67, 136, 272))],
+    ids=["gfx950-16x16x128", "gfx942-16x16x32"])
+def test_emu_gap_mfma_acc_ab(arch, c, shape):
+    """Tiles over 256 registers make the compiler feed MFMA operands from AGPRs (their ACC
+    bits): the 64 x 64 lds wave tile on v_mfma_f32_16x16x128_f8f6f4 (280 registers), a 64 x 64
+    mma tile on v_mfma_f32_16x16x32_fp8_fp8 (280); the emulator read VGPRs there."""
     from codegen.emu import gaps
     from codegen.ops.gemm import gemm_with_config
 
-    on("gfx942")
-    a, sa, b, sb = gemm_inputs("gfx942", *shape)
+    on(arch)
+    a, sa, b, sb = gemm_inputs(arch, *shape)
     check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
     with gaps.disabled("mfma_acc_ab"):
         out = gemm_with_config(a, sa, b, sb, c)

@@ -1,6 +1,7 @@
 """The static K-loop estimate (codegen/build/estimate.py) on hand-written assembly, and the
 tuner's best-first order built on it. The real kernels' estimates: tests/test_isa.py."""
 from codegen.build.estimate import estimate, loop_bodies, predicted_cycles
+from codegen.targets import get_target
 from codegen.tune import best_first
 
 ASM = """
@@ -37,27 +38,38 @@ def test_the_loop_is_the_marked_blocks():
 
 def test_cycles_per_k_block():
     est = estimate(ASM, {"v_mfma_f32_16x16x32_fp8_fp8": 16}, per_kblock=1, wave=64,
-                   lds_bytes_per_clk=32)
+                   lds_rates=(32, 32))
     # two K blocks per iteration; matrix 2 x 16; issue: 1 VALU x 4 + global, 3 ds, s_add,
     # s_cbranch_execz, s_cbranch_scc1 (the waitcnt issues nothing); LDS (16 + 16 + 16) x 64 / 32
     assert est.matrix_cycles == 16
     assert est.issue_cycles == (4 + 1 + 3 + 3) / 2
     assert est.lds_cycles == 48 * 64 / 32 / 2
     assert est.bound == "lds" and est.matrix_fraction == 16 / 48
-    assert estimate(ASM, {"v_wmma_f32_16x16x16_fp8_fp8": 8}, 1, 32, 64) is None   # not in the loop
-    # an RDNA SIMD's LDS share is twice CDNA's: the same bytes take half the cycles
-    rdna = estimate(ASM, {"v_mfma_f32_16x16x32_fp8_fp8": 16}, 1, 64, 64)
-    assert rdna.lds_cycles == 48 * 64 / 64 / 2
+    assert estimate(ASM, {"v_wmma_f32_16x16x16_fp8_fp8": 8}, 1, 32, (64, 64)) is None
+    # reads at twice the write rate (CDNA4): the 32 bytes read take half the cycles they did
+    fast_reads = estimate(ASM, {"v_mfma_f32_16x16x32_fp8_fp8": 16}, 1, 64, (64, 32))
+    assert fast_reads.lds_cycles == (32 * 64 / 64 + 16 * 64 / 32) / 2
 
 
 def test_predicted_cycles_counts_rounds_and_waves():
-    # 4 x 4 blocks of 1 wave, 2 CUs of 4 SIMDs holding 2 waves each: 16 blocks in one round of
-    # 8 per CU, 2 waves per SIMD, each 2 K blocks of 10 cycles
-    assert predicted_cycles(10, 64, 64, 256, 16, 16, 1, 1, 2, 4, 2) == 2 * 2 * 10
+    # 4 x 4 blocks of 1 wave, 2 CUs of 4 SIMDs holding 8 blocks each: 16 blocks in one round,
+    # 2 waves per SIMD, each 2 K blocks of 10 cycles
+    assert predicted_cycles(10, 64, 64, 256, 16, 16, 1, 1, 8, 4, 2) == 2 * 2 * 10
     # twice the blocks: two rounds
-    assert predicted_cycles(10, 128, 64, 256, 16, 16, 1, 1, 2, 4, 2) == 2 * (2 * 2 * 10)
+    assert predicted_cycles(10, 128, 64, 256, 16, 16, 1, 1, 8, 4, 2) == 2 * (2 * 2 * 10)
     # split K: more blocks, fewer K blocks each
-    assert predicted_cycles(10, 64, 64, 256, 16, 16, 2, 1, 2, 4, 2) == 2 * (2 * 1 * 10)
+    assert predicted_cycles(10, 64, 64, 256, 16, 16, 2, 1, 8, 4, 2) == 2 * (2 * 1 * 10)
+    # blocks of 2 waves, one per CU (its LDS): 8 rounds of a wave per busy SIMD
+    assert predicted_cycles(10, 64, 64, 256, 16, 16, 1, 2, 1, 4, 2) == 8 * (1 * 2 * 10)
+
+
+def test_blocks_per_cu_counts_idle_simds():
+    t = get_target("gfx942")
+    # 2 waves of 300 registers (304 allocated: 1 wave per SIMD), 54 KB of LDS: 1 block per CU,
+    # where registers alone would hold 2 (4 SIMDs of one wave each)
+    assert t.blocks_per_cu(300, 55296, 128) == 1 and t.blocks_per_cu(300, 0, 128) == 2
+    # 8 waves of 128 registers: 4 per SIMD, 2 blocks; 72 KB of LDS on gfx950 (160 KB): still 2
+    assert get_target("gfx950").blocks_per_cu(128, 73728, 512) == 2
 
 
 def test_best_first_puts_estimated_candidates_first_by_prediction():

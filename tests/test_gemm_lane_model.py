@@ -333,6 +333,10 @@ def test_lane_model_of_the_lds_kernel(arch, atom_value):
         got = run_lds_kernel_model(arch, atom_value, atom, 128, 64, A, As, B, Bs, "w64x32")
         assert not np.isnan(got).any(), f"{name} w64x32: elements never stored"
         np.testing.assert_array_equal(got, want, err_msg=f"{name} w64x32")
+    if get_target(arch).wave_size == 64 and atom.rows == 16:   # 2 x 2 waves of 64 x 64
+        got = run_lds_kernel_model(arch, atom_value, atom, 128, 128, A, As, B, Bs, "w64x64")
+        assert not np.isnan(got).any(), f"{name} w64x64: elements never stored"
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} w64x64")
 
 
 @pytest.mark.parametrize("name", sorted(ATOMS))

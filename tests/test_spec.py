@@ -90,11 +90,14 @@ def test_occupancy_figures():
     assert get_target("gfx1201").occupancy(64, 32768, 256) == 8
 
 
-def test_lds_rate_per_simd():
-    # a dword per bank and cycle: 32 banks per CDNA3 CU, 64 per RDNA WGP, each shared by 4 SIMDs
-    for arch, per_simd in (("gfx942", 32), ("gfx1201", 64), ("gfx1100", 64)):
+def test_lds_rates_per_simd():
+    # a dword per bank and cycle: 32 banks per CDNA3 CU, 64 per RDNA WGP, each shared by 4 SIMDs;
+    # CDNA4 reads at twice CDNA3's rate
+    for arch, read, write in (("gfx942", 32, 32), ("gfx950", 64, 32), ("gfx1201", 64, 64),
+                              ("gfx1100", 64, 64)):
         t = get_target(arch)
-        assert t.lds_bytes_per_clk / t.simds_per_cu == per_simd, arch
+        assert (t.lds_read_per_clk / t.simds_per_cu, t.lds_write_per_clk / t.simds_per_cu) == \
+            (read, write), arch
 
 
 # Variants each arch builds for the RMSNorm families (the ISA test compiles all of them for six

@@ -7,9 +7,8 @@ Per wave and K block:
 - matrix cycles: each matrix instruction's issue-to-issue cycles on one SIMD (Atom.cycles);
 - issue cycles: a VALU instruction takes 4 cycles for wave64 (16 lanes a cycle on CDNA) and 1
   for wave32 (RDNA's 32-lane SIMD); SALU, memory and LDS instructions 1 issue each;
-- LDS cycles: the bytes the wave moves through LDS at its SIMD's share of the LDS rate (a dword
-  per bank and cycle, shared by the 4 SIMDs: 128 bytes a cycle per CDNA CU, 256 per RDNA WGP;
-  codegen/targets.py).
+- LDS cycles: the bytes the wave reads from and writes to LDS at its SIMD's share of the
+  target's read and write rates (shared by the 4 SIMDs of a CU or WGP; codegen/targets.py).
 The loop is the innermost one LLVM's loop comments mark around the matrix instructions; blocks
 inside it that run only on some iterations (tails) count in full, so the estimate leans high.
 It is a ranking aid, not a timing: it ignores latency, occupancy and memory stalls (the tuner
@@ -26,6 +25,7 @@ _HEADER = re.compile(r"Loop Header: Depth=(\d+)")
 _MEMBER = re.compile(r"in Loop: Header=(BB\d+_\d+) Depth=(\d+)")
 _LDS_BYTES = {"b128": 16, "b96": 12, "b64": 8, "b32": 4, "u16": 2, "i16": 2, "b16": 2, "u8": 1,
               "i8": 1, "b8": 1}
+_LDS_WRITES = ("ds_write", "ds_store")
 _NO_ISSUE = ("s_waitcnt", "s_barrier", "s_nop", "s_setprio", "s_sleep", "s_delay_alu")
 
 
@@ -73,10 +73,10 @@ def _lds_bytes(op: str) -> int:
 
 
 def estimate(asm: str, matrix_cycles: dict[str, int], per_kblock: int, wave: int,
-             lds_bytes_per_clk: float) -> LoopEstimate | None:
+             lds_rates: tuple[float, float]) -> LoopEstimate | None:
     """The K loop's estimate. matrix_cycles: cycles of each matrix mnemonic the kernel may use;
-    per_kblock: matrix instructions a wave issues per K block; lds_bytes_per_clk: one SIMD's
-    share of the LDS rate. None when no loop holds them."""
+    per_kblock: matrix instructions a wave issues per K block; lds_rates: one SIMD's share of the
+    LDS read and write bytes per cycle. None when no loop holds them."""
     best = None
     for depth, ops in loop_bodies(asm).values():
         n = sum(op in matrix_cycles for op in ops)
@@ -91,7 +91,9 @@ def estimate(asm: str, matrix_cycles: dict[str, int], per_kblock: int, wave: int
     other = sum(op.startswith(("s_", "ds_", "global_", "buffer_", "flat_", "scratch_"))
                 and not op.startswith(_NO_ISSUE) for op in ops)
     issue = valu * (4 if wave == 64 else 1) + other
-    lds = sum(_lds_bytes(op) for op in ops if op.startswith("ds_")) * wave / lds_bytes_per_clk
+    written = sum(_lds_bytes(op) for op in ops if op.startswith(_LDS_WRITES))
+    read = sum(_lds_bytes(op) for op in ops if op.startswith("ds_")) - written
+    lds = wave * (read / lds_rates[0] + written / lds_rates[1])
     parts = {"matrix": matrix / kblocks, "issue": issue / kblocks, "lds": lds / kblocks}
     bound = max(parts, key=parts.get)
     return LoopEstimate(parts["matrix"], parts["issue"], parts["lds"], bound,
@@ -99,13 +101,13 @@ def estimate(asm: str, matrix_cycles: dict[str, int], per_kblock: int, wave: int
 
 
 def predicted_cycles(cycles_per_kblock: float, m: int, n: int, k: int, block_m: int,
-                     block_n: int, split_k: int, waves_per_block: int, waves_per_simd: int,
+                     block_n: int, split_k: int, waves_per_block: int, blocks_per_cu: int,
                      simds_per_cu: int, cus: int) -> float:
     """Cycles of the whole GEMM from the loop estimate: the blocks run in rounds of what the
-    device holds at once (waves_per_simd: the occupancy); in a round each SIMD works through its
+    device holds at once (blocks_per_cu: the occupancy); in a round each SIMD works through its
     waves' K blocks one after another (its matrix unit, issue slots and LDS share are its own)."""
     blocks = -(-m // block_m) * -(-n // block_n) * split_k
-    per_cu = max(1, waves_per_simd * simds_per_cu // waves_per_block)
+    per_cu = max(1, blocks_per_cu)
     rounds = -(-blocks // (per_cu * cus))
     last = blocks - (rounds - 1) * per_cu * cus
 

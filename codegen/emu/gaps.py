@@ -363,14 +363,14 @@ def _wmma(original):
 # shared by A and B gives the same sums, and the kernel feeds both alike.)
 # "mfma_acc_ab": the VOP3P-MAI encoding's ACC bits (59 for SrcA, 60 for SrcB, as LLVM encodes
 # them for gfx90a and later) say an operand is in AGPRs; the emulator reads VGPRs whatever they
-# say. The compiler puts A or B there when a tile needs more than 256 registers (the 64 x 32
-# lds wave tile on 32x32x16, 64 x 64 mma tiles on 16x16x32). The 16 x 16 form with an operand
-# there is compiled here too: A[i][k] is byte k % 8 of lane i + 16 (k / 8)'s operand, D row
+# say. The compiler puts A or B there when a tile needs more than 256 registers (the 64 x 64
+# lds wave tile, 64 x 64 mma tiles on 16x16x32). The 16 x 16 forms with an operand there are
+# compiled here too: A[i][k] is byte k % B of lane i + 16 (k / B)'s operand, D row
 # 4 (lane / 16) + r in register r, column lane % 16 (the Calculator's layout, which the
 # emulator's own 16 x 16 path has right).
 # (rows, bytes of a row per lane) of each FP8 form compiled here
 _MFMA_FP8 = {"V_MFMA_F32_32X32X16_FP8_FP8": (32, 8), "V_MFMA_F32_32X32X64_F8F6F4": (32, 32),
-             "V_MFMA_F32_16X16X32_FP8_FP8": (16, 8)}
+             "V_MFMA_F32_16X16X32_FP8_FP8": (16, 8), "V_MFMA_F32_16X16X128_F8F6F4": (16, 32)}
 
 
 def _mfma_fp8(inst, ctx, rows, lane_bytes):
@@ -379,7 +379,7 @@ def _mfma_fp8(inst, ctx, rows, lane_bytes):
     from tinygrad.uop.ops import UOp
 
     if lane_bytes == 32 and (int(inst.cbsz) or int(inst.blgp)):
-        raise RuntimeError("v_mfma_f32_32x32x64_f8f6f4: only FP8 (E4M3) A and B are emulated")
+        raise RuntimeError(f"{inst.op.name.lower()}: only FP8 (E4M3) A and B are emulated")
     cvt = pcode._FUNCS["fp8_to_f32"]
     kind = type(inst)
     exec_mask = ctx.rexec()
