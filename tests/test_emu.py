@@ -719,7 +719,7 @@ def test_emu_gap_mfma_32x32_accumulators(arch, atom):
 
 @pytest.mark.parametrize("arch,c,shape", [
     ("gfx950", gemm_family.config("lds", 128, 128, stages=2, atom="16x16x128",
-                                  wave_tile="w64x64"), (131, 136, 272)),
+                                  wave_tile="w64x64"), (67, 72, 144)),
     ("gfx942", gemm_family.config("mma", 64, 64), (67, 136, 272))],
     ids=["gfx950-16x16x128", "gfx942-16x16x32"])
 def test_emu_gap_mfma_acc_ab(arch, c, shape):

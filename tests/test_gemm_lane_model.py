@@ -339,6 +339,35 @@ def test_lane_model_of_the_lds_kernel(arch, atom_value):
         np.testing.assert_array_equal(got, want, err_msg=f"{name} w64x64")
 
 
+@pytest.mark.parametrize("arch,atom_value", [f for f in LDS_FORMS if f[0].startswith("gfx")])
+def test_lds_stage_accesses_spread_over_the_banks(arch, atom_value):
+    """Every 16-byte LDS access of the lds kernel (A and B fragment reads, staging writes), in
+    groups of 8 neighbouring lanes (128 bytes, one pass over 32 four-byte banks): the 8 pieces
+    land in 8 distinct groups of 4 banks through the stage layout (fam.lds_stage_offset). Rows
+    stored plainly, 128 bytes apart, would put the rows neighbouring lanes read in one group."""
+    from codegen.matrix import atom_for
+
+    atom = atom_for(arch, "lds", atom_value)
+    rows, kgroups = (atom.a_rows[0], atom.b_col), (atom.a_kgroup, atom.b_kgroup)
+
+    def spread(offsets):
+        return all(len({o // 16 % 8 for o in offsets[i:i + 8]}) == 8
+                   for i in range(0, len(offsets), 8))
+
+    def accesses(layout):
+        out = [[layout(c // 8, c % 8 * 16) for c in range(256)]]          # staging writes
+        for p in range(128 // atom.pair_k):
+            for piece in range(atom.chunk // 16):
+                for row, kgroup in zip(rows, kgroups):
+                    out.append([layout(64 + evaluate(row, lane),
+                                       p * atom.pair_k + evaluate(kgroup, lane) * atom.chunk +
+                                       16 * piece) for lane in range(atom.wave)])
+        return out
+
+    assert all(spread(a) for a in accesses(fam.lds_stage_offset))
+    assert not all(spread(a) for a in accesses(lambda row, col: row * 128 + col))
+
+
 @pytest.mark.parametrize("name", sorted(ATOMS))
 def test_documented_layouts_are_bijections(name):
     """Each document's layout puts every element in exactly one (lane, slot)."""
