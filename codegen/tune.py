@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from . import reference
-from .bench import graph_us, graphs_us, input_sets
+from .bench import a_scales_as, graph_us, graphs_us, input_sets
 from .build import module_path
 from .families import gemm as fam
 from .spec import make_variant, validate
@@ -162,6 +162,9 @@ def main(argv=None) -> int:
                     "tma); the table's other entries are kept")
     ap.add_argument("--top", type=int, help="AMD: time only the N candidates the static "
                     "K-loop estimate ranks first in each cell (default: all, best-first)")
+    ap.add_argument("--scales", choices=("row", "col_tma"), default="row",
+                    help="the layout of A's scales the candidates are timed with: your engine's "
+                    "(col_tma: column-major in 16-byte aligned columns, as DeepGEMM takes them)")
     ap.add_argument("--out", help="table path (default: the repo's table for this arch)")
     args = ap.parse_args(argv)
     from .ops.gemm import gemm_with_config
@@ -192,7 +195,7 @@ def main(argv=None) -> int:
         for n, k in shapes:
             nbytes = m * k + n * k + m * n * 2
             sets = [(torch.randn(m, k, device="cuda").to(dtype),
-                     torch.rand(m, -(-k // 128), device="cuda") + 0.5,
+                     a_scales_as(torch.rand(m, -(-k // 128), device="cuda") + 0.5, args.scales),
                      torch.randn(n, k, device="cuda").to(dtype),
                      torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5)
                     for _ in range(input_sets(nbytes))]

@@ -245,6 +245,41 @@ def test_strided_rows_and_scale_strides():
     check(out, a, sa, b[:, :k].contiguous(), sb[:, : k // 128])
 
 
+def scale_layouts(sa: torch.Tensor) -> dict[str, torch.Tensor]:
+    """sa [M, KB] in the layouts callers pass, the padding of each row or column NaN."""
+    m, kb = sa.shape
+
+    def col(pad):
+        store = torch.full((kb, -(-m // pad) * pad), float("nan"), device=sa.device)
+        store[:, :m] = sa.t()
+        return store[:, :m].t()
+
+    def row(pitch):
+        store = torch.full((m, pitch), float("nan"), device=sa.device)
+        store[:, :kb] = sa
+        return store[:, :kb]
+
+    return {"col_tma": col(4), "col": col(1), "row": row(kb), "row_pitch_4": row(kb // 4 * 4 + 4),
+            "row_odd_pitch": row(kb + 1)}
+
+
+def test_tma_scale_layouts():
+    """sm_90a's tma tiles with A's scales in each layout: narrow tiles' staged build copies them
+    with the stages where they are column-major in 16-byte aligned columns (col_tma), the other
+    builds read them in place; the NaN padding never reaches a stored row. Tails in M, N and K."""
+    if device_arch(torch.device("cuda")) != "sm_90a":
+        pytest.skip("the tma kernel is sm_90a's")
+    cfgs = [c for c in built_configs() if c["kernel"] == "tma"]
+    assert any(fam.tma_staged_bytes(make_variant(fam.FAMILY, "sm_90a", **c)) for c in cfgs)
+    for m, n, k in [(83, 2112, 7168), (7, 576, 3888), (130, 200, 512), (16, 7168, 2048)]:
+        a, sa, b, sb = make(m, n, k)
+        for layout, sa_in in scale_layouts(sa).items():
+            for params in cfgs:
+                cfg = {key: params[key] for key in fam.config("mma", 16, 16)}
+                poisoned_alloc(m, n)
+                check(ops.gemm.gemm_with_config(a, sa_in, b, sb, cfg), a, sa, b, sb)
+
+
 def test_empty_and_k_multiple_of_16_required():
     a, sa, b, sb = make(4, 256, 256)
     assert ops.gemm_a8w8_blockscale(a[:0], sa[:0], b, sb).shape == (0, 256)

@@ -131,9 +131,14 @@ def test_hopper_gemm_sass(i):
     frames = re.findall(r"(\d+) bytes stack frame", ptxas)
     assert spills and all(x == ("0", "0") for x in spills), ptxas
     assert frames and all(x == "0" for x in frames), ptxas
-    kernels = len(re.findall(r"\n\s*Function : ", code))
-    assert kernels == (2 if cfg["kernel"] == "tma" and cfg["block_m"] != 256 else 1), \
-        f"{kernels} kernels: the tma kernel has a split build except at 256 rows"
+    kernels = re.split(r"\n\s*Function : ", code)[1:]
+    split = cfg["kernel"] == "tma" and cfg["block_m"] != 256
+    staged = fam.tma_staged_bytes(_gemm_variant(cfg)) > 0
+    assert len(kernels) == 1 + split + staged, \
+        f"{len(kernels)} kernels: the tma kernel has a split build except at 256 rows, and " \
+        f"narrow tiles a build taking A's scales with the stages"
+    # only the staged build copies A's scales with the stages (a third tensor map)
+    assert sum(k.count("UTMACCTL.PF") == 3 for k in kernels) == staged
     assert_waits_before_memory(code)
     mma = re.findall(rf"QGMMA\.64x{cfg['block_n']}x32\.F32\.E4M3\.E4M3", code)
     assert len(mma) >= 4, "no m64nNk32 e4m3 warpgroup MMA"

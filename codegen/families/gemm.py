@@ -180,6 +180,14 @@ def wgmma_smem_bytes(v: Variant) -> int:
     return v["stages"] * (bm + bn) * SCALE_BLOCK + 1024 + extra
 
 
+def tma_staged_bytes(v: Variant) -> int:
+    """tma kernel: the shared memory its staged build adds (A's column-major scales of each
+    stage, aligned to 128; narrow tiles, whose K steps are shorter than a scale load's trip from
+    L2), 0 where it has none."""
+    narrow = v["kernel"] == "tma" and v["block_n"] <= 64 and not tma_one_set(v)
+    return 128 + v["stages"] * v["block_m"] * 4 if narrow else 0
+
+
 def tma_straddles(bn: int) -> list[int]:
     """tma kernel: the tile columns at which a tile of width bn (starting at a multiple of bn)
     may cross into the next 128-column weight-scale block."""
@@ -250,8 +258,9 @@ def validate(v: Variant) -> str | None:
         least = 3 if kernel == "wgmma" else 2
         if v["split_k"] != 1 or v["stages"] < least:
             return f"{kernel} takes split_k=1 and {least} or more stages"
-        if wgmma_smem_bytes(v) > t.lds_bytes:
-            return f"{wgmma_smem_bytes(v)} bytes of shared memory exceed {t.lds_bytes}"
+        smem = wgmma_smem_bytes(v) + tma_staged_bytes(v)
+        if smem > t.lds_bytes:
+            return f"{smem} bytes of shared memory exceed {t.lds_bytes}"
         return None
     if v["wave_tile"] and v["kernel"] != "lds":
         return f"wave_tile={v['wave_tile']} is an lds-kernel option"
@@ -336,7 +345,8 @@ def context(v: Variant) -> dict:
     if v["kernel"] in ("wgmma", "tma"):
         return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v),
                     straddles=tma_straddles(v["block_n"]), cluster=v["cluster"],
-                    one_set=v["kernel"] == "tma" and tma_one_set(v))
+                    one_set=v["kernel"] == "tma" and tma_one_set(v),
+                    staged_scales=tma_staged_bytes(v) > 0)
     if v["kernel"] == "gemv":
         return dict(ctx, split_k=v["split_k"], unroll=GEMV_UNROLL)
     atom = atom_for(v.arch, v["kernel"], v["atom"])
