@@ -169,6 +169,12 @@ def test_emu_quant_into_out(arch):
             ops.per_token_group_quant_fp8(x, 64, out=bad)
     with pytest.raises(ValueError, match="out_q: "):
         vllm.per_token_group_quant_fp8(x3, 64, out_q=out3.view(torch.uint8))
+    with pytest.raises(ValueError, match="out: must start on a 16-byte boundary"):
+        ops.per_token_group_quant_fp8(x, 64, out=torch.empty(21 * 640 + 16, dtype=torch.uint8)
+                                      [8:8 + 21 * 640].view(dtype).view(21, 640))
+    # rows off 16-byte boundaries (start 8 bytes in, stride 1288 bytes): an aligned copy first
+    xs = rows_with_spread(21, 644, torch.bfloat16, device="cpu")[:, 4:]
+    quant_and_check(arch, xs, 64)
 
 
 def test_emu_quant_gfx942_max_240():

@@ -167,6 +167,14 @@ def test_quant(device, fast, lib, layout, t):
              lambda: fast.quant(pid, x), (1, 2))
 
 
+def test_quant_rows_off_16_byte_boundaries_take_the_python_path(device, fast, lib):
+    x = torch.randn(5, 260).to(torch.bfloat16)[:, 4:]      # 8 bytes in, rows 520 bytes apart
+    pid = _fast.param_id((128, "row", False, None, None))
+    fast.record(_fast.QUANT, pid, (x,), _addr(lib, "rec_quant"), "u", torch.float8_e4m3fn,
+                (2, _fast.LAYOUTS["row"], QUANT_WAVES), 0.0)
+    assert fast.quant(pid, x) is None
+
+
 @pytest.mark.parametrize("residual", ["none", "in_place", "out"])
 def test_norm(device, fast, lib, residual):
     bf = torch.bfloat16

@@ -132,6 +132,21 @@ def test_bad_input_names_the_argument():
         ops.per_token_group_quant_fp8(x, fp8_max=100.0)
 
 
+def test_rows_off_16_byte_boundaries_are_copied_first():
+    """x whose start or row stride is no multiple of 16 bytes (the kernel loads rows 16 bytes at
+    a time): quantized from an aligned copy, on every eager path (the calls after the first find
+    a plan); an out off a 16-byte boundary is refused."""
+    base = rows_with_spread(33, 1536 + 4, torch.bfloat16)
+    for x in (base[:, 4:4 + 1536],                                  # 8 bytes in, stride 3080
+              base.view(-1)[4:4 + 33 * 1536].view(33, 1536)):       # 8 bytes in, contiguous
+        for _ in range(3):
+            run_and_check(x, 128, "row", False)
+    fp8 = fp8_info()[0]
+    out = torch.empty(33 * 1536 + 16, dtype=torch.uint8, device="cuda")[8:8 + 33 * 1536]
+    with pytest.raises(ValueError, match="out: must start on a 16-byte boundary"):
+        ops.per_token_group_quant_fp8(x, 128, out=out.view(fp8).view(33, 1536))
+
+
 def test_into_out_eager_after_a_plan_and_compiled():
     """out= after calls of the same signature (whose plan the fast path holds) and under
     torch.compile: q lands in out, poisoned beforehand, bit-exact."""

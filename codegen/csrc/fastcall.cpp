@@ -234,6 +234,7 @@ PyObject* quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
   const Plan* p = find(make_key(kQuant, a[0], a + 1, 1, true));
   if (p == nullptr) Py_RETURN_NONE;
   const at::Tensor& x = tensor(a[1]);
+  if (x.numel() && !aligned(x)) Py_RETURN_NONE;   // the Python path copies it first
   const int64_t t = x.size(0), h = x.size(1);
   auto outs = allocate(x, {contiguous(t, h, p->out_dtype), scales(t, *p)});
   at::Tensor &q = outs[0], &s = outs[1];

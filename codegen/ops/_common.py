@@ -43,6 +43,19 @@ def check_tensor(name: str, t: torch.Tensor, dtypes=tuple(DTYPE_NAMES), ndim: in
         raise ValueError(f"{name}: last dim must be contiguous (stride 1), got strides {t.stride()}")
 
 
+def rows_aligned(t: torch.Tensor) -> bool:
+    """Every row (or the one vector) of t starts on a 16-byte boundary."""
+    if t.data_ptr() % 16:
+        return False
+    return t.dim() == 1 or t.shape[0] <= 1 or (t.stride(0) * t.element_size()) % 16 == 0
+
+
+def aligned_copy(t: torch.Tensor) -> torch.Tensor:
+    """t itself if its rows are 16-byte aligned, else a fresh contiguous copy (which is): the
+    kernels read rows 16 bytes at a time."""
+    return t if rows_aligned(t) else t.clone(memory_format=torch.contiguous_format)
+
+
 def arch(t: torch.Tensor) -> str:
     if on_emulator(t):
         return emulated.arch

@@ -7,6 +7,7 @@ from ..dispatch import Unsupported
 from ..families import quant as fam
 from ..targets import get_target
 from . import _fast
+from ._common import aligned_copy
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor, is_compiling as
                       _is_compiling, launcher, stream)
 
@@ -39,6 +40,7 @@ def _fake(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
 
 
 def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype, kernel=None, out=None):
+    x = aligned_copy(x)
     t, h = x.shape
     q = x.new_empty((t, h), dtype=fp8_dtype) if out is None else out
     s = empty_scales(t, h // group_size, scale_layout, x)
@@ -108,6 +110,9 @@ def check_out(out, x: torch.Tensor, dtype: torch.dtype, name: str = "out") -> No
                          f"{tuple(x.shape)} {dtype} on {x.device}")
     if not out.is_contiguous():
         raise ValueError(f"{name}: must be contiguous, got strides {out.stride()}")
+    if out.data_ptr() % 16:
+        raise ValueError(f"{name}: must start on a 16-byte boundary (the kernels store rows in "
+                         f"8-byte pieces from there)")
 
 
 _plans: dict[tuple, tuple] = {}

@@ -15,6 +15,8 @@ import torch
 from ..families.dual_rmsnorm_quant import max_h as dual_max_h
 from ..targets import get_target
 from . import _fast
+from ._common import aligned_copy as _aligned_copy
+from ._common import rows_aligned as _rows_aligned
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor,
                       is_compiling as _is_compiling, launcher, stream)
 from .quant import SCALE_LAYOUTS, empty_scales, resolve_fp8
@@ -23,18 +25,6 @@ QUANT_DTYPES = (torch.bfloat16, torch.float16)
 QUANT_GROUP_SIZES = (64, 128)
 MAX_H = 1 << 24          # H as a float is exact, byte offsets within a row fit in 32 bits
 MAX_T = (1 << 31) - 1
-
-def _rows_aligned(t: torch.Tensor) -> bool:
-    """Every row (or the one vector) of t starts on a 16-byte boundary."""
-    if t.data_ptr() % 16:
-        return False
-    return t.dim() == 1 or t.shape[0] <= 1 or (t.stride(0) * t.element_size()) % 16 == 0
-
-
-def _aligned_copy(t: torch.Tensor) -> torch.Tensor:
-    """t itself if its rows are 16-byte aligned, else a fresh contiguous copy (which is)."""
-    return t if _rows_aligned(t) else t.clone(memory_format=torch.contiguous_format)
-
 
 def _row_stride_bytes(t: torch.Tensor) -> int:
     return t.stride(0) * t.element_size() if t.shape[0] > 1 else t.shape[1] * t.element_size()
