@@ -152,7 +152,7 @@ def test_quant_empty_outputs_have_torchs_strides(device, fast, lib, layout, t, h
     fast.record(_fast.QUANT, pid, (x,), _addr(lib, "rec_quant"), "u", torch.float8_e4m3fn,
                 (h // 128, _fast.LAYOUTS[layout], QUANT_WAVES), 0.0)
     for a, b in zip(python_path(lambda: ops.per_token_group_quant_fp8(x, scale_layout=layout)),
-                    fast.quant(pid, x)):
+                    fast.quant(pid, x, None)):
         _same_output(a, b)
 
 
@@ -164,7 +164,17 @@ def test_quant(device, fast, lib, layout, t):
     fast.record(_fast.QUANT, pid, (x,), _addr(lib, "rec_quant"), "u", torch.float8_e4m3fn,
                 (2, _fast.LAYOUTS[layout], QUANT_WAVES), 0.0)
     _compare(device, 9, lambda: ops.per_token_group_quant_fp8(x, scale_layout=layout),
-             lambda: fast.quant(pid, x), (1, 2))
+             lambda: fast.quant(pid, x, None), (1, 2))
+    # out: q lands there, the scales are the call's own; an out the Python path would refuse
+    # (another shape or dtype, strided, off 16 bytes) is declined, so that it says why
+    out = torch.empty(t, 256, dtype=torch.float8_e4m3fn)
+    q, s = fast.quant(pid, x, out)
+    assert q is out and device.last(3)[1:] == [out.data_ptr(), s.data_ptr()]
+    _same_output(s, python_path(lambda: ops.per_token_group_quant_fp8(x, scale_layout=layout))[1])
+    shifted = torch.empty(t * 256 + 1, dtype=out.dtype)[1:].view(t, 256)
+    for bad in (torch.empty(t, 128, dtype=out.dtype), torch.empty_like(x),
+                torch.empty(t, 512, dtype=out.dtype)[:, ::2], shifted, "out"):
+        assert fast.quant(pid, x, bad) is None
 
 
 def test_quant_rows_off_16_byte_boundaries_take_the_python_path(device, fast, lib):
@@ -172,7 +182,7 @@ def test_quant_rows_off_16_byte_boundaries_take_the_python_path(device, fast, li
     pid = _fast.param_id((128, "row", False, None, None))
     fast.record(_fast.QUANT, pid, (x,), _addr(lib, "rec_quant"), "u", torch.float8_e4m3fn,
                 (2, _fast.LAYOUTS["row"], QUANT_WAVES), 0.0)
-    assert fast.quant(pid, x) is None
+    assert fast.quant(pid, x, None) is None
 
 
 @pytest.mark.parametrize("residual", ["none", "in_place", "out"])
@@ -255,8 +265,8 @@ def test_gemm(device, fast, lib):
 
 def test_no_plan_no_call(fast):
     x = torch.randn(2, 384).to(torch.bfloat16)
-    assert fast.quant(_fast.param_id(("never", "recorded")), x) is None
-    assert fast.quant(_fast.param_id(("never", "recorded")), "not a tensor") is None
+    assert fast.quant(_fast.param_id(("never", "recorded")), x, None) is None
+    assert fast.quant(_fast.param_id(("never", "recorded")), "not a tensor", None) is None
 
 
 def test_first_call_does_not_wait_for_the_build(monkeypatch):

@@ -227,17 +227,29 @@ using GemmFn = int (*)(const void*, const void*, const void*, const void*, void*
                        int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                        void*);
 
-// quant(param_id, x) -> (q, scales) or None
+// quant(param_id, x, out or None) -> (q, scales) or None. out: written instead of a new q
+// (x's shape and device, the plan's FP8 dtype, contiguous, 16-byte aligned).
 PyObject* quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
   GUARDED(
-  if (n != 2) return PyErr_Format(PyExc_TypeError, "quant: 2 arguments");
+  if (n != 3) return PyErr_Format(PyExc_TypeError, "quant: 3 arguments");
   const Plan* p = find(make_key(kQuant, a[0], a + 1, 1, true));
   if (p == nullptr) Py_RETURN_NONE;
   const at::Tensor& x = tensor(a[1]);
   if (x.numel() && !aligned(x)) Py_RETURN_NONE;   // the Python path copies it first
   const int64_t t = x.size(0), h = x.size(1);
-  auto outs = allocate(x, {contiguous(t, h, p->out_dtype), scales(t, *p)});
-  at::Tensor &q = outs[0], &s = outs[1];
+  at::Tensor q, s;
+  if (a[2] == Py_None) {
+    auto outs = allocate(x, {contiguous(t, h, p->out_dtype), scales(t, *p)});
+    q = std::move(outs[0]), s = std::move(outs[1]);
+  } else {
+    if (!THPVariable_Check(a[2])) Py_RETURN_NONE;
+    q = tensor(a[2]);
+    if (q.sizes() != x.sizes() || q.scalar_type() != p->out_dtype || q.device() != x.device() ||
+        !q.is_contiguous() || reinterpret_cast<uintptr_t>(q.data_ptr()) % 16) {
+      Py_RETURN_NONE;   // the Python path says what is wrong
+    }
+    s = std::move(allocate(x, {scales(t, *p)})[0]);
+  }
   if (t > 0) {
     const int64_t col = p->layout == kCol ? t : (t + 3) / 4 * 4;
     const int rc = reinterpret_cast<QuantFn>(p->fn)(

@@ -135,8 +135,8 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     format (e4m3fnuz / 224 on gfx942, where 240 is also offered; e4m3fn / 448 elsewhere).
     """
     params = (group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
-    if out is None and not _is_compiling():   # the C++ path, where the signature has a plan
-        res = _fast.call("quant", params, x)
+    if not _is_compiling():   # the C++ path, where the signature has a plan
+        res = _fast.call("quant", params, x, out)
         if res is not None:
             return res
     # Everything but T is checked once per plan key; the eager path then allocates and launches.
