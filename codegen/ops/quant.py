@@ -110,7 +110,7 @@ def check_out(out, x: torch.Tensor, dtype: torch.dtype, name: str = "out") -> No
                          f"{tuple(x.shape)} {dtype} on {x.device}")
     if not out.is_contiguous():
         raise ValueError(f"{name}: must be contiguous, got strides {out.stride()}")
-    if out.data_ptr() % 16:
+    if not _is_compiling() and out.data_ptr() % 16:     # traced calls copy into out
         raise ValueError(f"{name}: must start on a 16-byte boundary (the kernels store rows in "
                          f"8-byte pieces from there)")
 
