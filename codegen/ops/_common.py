@@ -43,6 +43,17 @@ def check_tensor(name: str, t: torch.Tensor, dtypes=tuple(DTYPE_NAMES), ndim: in
         raise ValueError(f"{name}: last dim must be contiguous (stride 1), got strides {t.stride()}")
 
 
+def check_out(out, x: torch.Tensor, dtype: torch.dtype, name: str = "out") -> None:
+    """out, an output the caller gives: x's shape and device, dtype, contiguous."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(out).__name__}")
+    if out.shape != x.shape or out.dtype != dtype or out.device != x.device:
+        raise ValueError(f"{name}: {tuple(out.shape)} {out.dtype} on {out.device}, expected "
+                         f"{tuple(x.shape)} {dtype} on {x.device}")
+    if not out.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous, got strides {out.stride()}")
+
+
 def rows_aligned(t: torch.Tensor) -> bool:
     """Every row (or the one vector) of t starts on a 16-byte boundary."""
     if t.data_ptr() % 16:

@@ -7,7 +7,7 @@ from ..dispatch import Unsupported
 from ..families import quant as fam
 from ..targets import get_target
 from . import _fast
-from ._common import aligned_copy
+from ._common import aligned_copy, check_out as check_any_out
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor, is_compiling as
                       _is_compiling, launcher, stream)
 
@@ -102,14 +102,8 @@ def check_group(h: int, group_size: int, scale_layout: str) -> None:
 
 
 def check_out(out, x: torch.Tensor, dtype: torch.dtype, name: str = "out") -> None:
-    """out, the caller's q: x's shape and device, the FP8 dtype, contiguous."""
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(out).__name__}")
-    if out.shape != x.shape or out.dtype != dtype or out.device != x.device:
-        raise ValueError(f"{name}: {tuple(out.shape)} {out.dtype} on {out.device}, expected "
-                         f"{tuple(x.shape)} {dtype} on {x.device}")
-    if not out.is_contiguous():
-        raise ValueError(f"{name}: must be contiguous, got strides {out.stride()}")
+    """out, the caller's q: as any op's out, and 16-byte aligned on eager calls."""
+    check_any_out(out, x, dtype, name)
     if not _is_compiling() and out.data_ptr() % 16:     # traced calls copy into out
         raise ValueError(f"{name}: must start on a 16-byte boundary (the kernels store rows in "
                          f"8-byte pieces from there)")

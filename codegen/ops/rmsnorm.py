@@ -17,7 +17,7 @@ from ..targets import get_target
 from . import _fast
 from ._common import aligned_copy as _aligned_copy
 from ._common import rows_aligned as _rows_aligned
-from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor,
+from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_out, check_rc, check_tensor,
                       is_compiling as _is_compiling, launcher, stream)
 from .quant import SCALE_LAYOUTS, empty_scales, resolve_fp8
 
@@ -235,21 +235,11 @@ LIB.impl("rmsnorm", _rmsnorm_impl, "CUDA")
 LIB.impl("fused_add_rmsnorm", _fused_add_impl, "CUDA")
 
 
-def _check_out(out, x) -> None:
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"out: expected a torch.Tensor, got {type(out).__name__}")
-    if out.shape != x.shape or out.dtype != x.dtype or out.device != x.device:
-        raise ValueError(f"out: {tuple(out.shape)} {out.dtype} on {out.device}, expected x's "
-                         f"{tuple(x.shape)} {x.dtype} on {x.device}")
-    if not out.is_contiguous():
-        raise ValueError(f"out: must be contiguous, got strides {out.stride()}")
-
-
 def _into(out, y):
     """Under torch.compile the op returns a new tensor: copied into out when one was given."""
     if out is None:
         return y
-    _check_out(out, y)
+    check_out(out, y, y.dtype)
     return out.copy_(y)
 
 
@@ -273,7 +263,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     plan = _planned(("rmsnorm", eps), (x, weight), check)
     _check_row_count("x", x)
     if out is not None:
-        _check_out(out, x)
+        check_out(out, x, x.dtype)
     return _norm(x, None, weight, plan.value, plan.kernels, out,
                  ("rmsnorm", eps) if plan.kernels is not None else None)
 
@@ -308,7 +298,7 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
                                            and residual_out.shape[0] != x.shape[0]):
         _check_residuals(residual, residual_out, x)
     if out is not None:
-        _check_out(out, x)
+        check_out(out, x, x.dtype)
     return _norm(x, residual, weight, plan.value, plan.kernels, out,
                  ("fused_add_rmsnorm", eps) if plan.kernels is not None else None, residual_out)
 
