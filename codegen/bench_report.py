@@ -58,6 +58,16 @@ def _same_copy_cols(rows: list[dict]) -> tuple[list[str], callable]:
         f"{r['same_copy_frac']:.0%}" if "same_copy_frac" in r else "-"]
 
 
+def _quant_table(title: str, rows: list[dict]) -> list[str]:
+    """A T x H table of a quantizing op: ours, of copy, event time, torch.compile, peers."""
+    pc, pv = _peer_cols(rows)
+    sc, sv = _same_copy_cols(rows)
+    return ["", title, "", _table(
+        ["T", "H", "graph", "of copy"] + sc + ["event", "torch.compile graph", "x compile"] + pc,
+        [[r["t"], r["h"], r["graph_us"], f"{r['copy_frac']:.0%}"] + sv(r)
+         + [r["us"], r["compile_graph_us"], r["vs_compile"]] + pv(r) for r in rows])]
+
+
 SECTIONS = ("jit", "overhead", "quant", "rmsnorm", "rmsnorm_quant", "gemm", "rmsnorm_kernels")
 
 
@@ -119,13 +129,8 @@ def tables(run: dict, source: str) -> str:
            "\"graph\" is the per-call time in a CUDA graph over rotating inputs and outputs, "
            "\"event\" one call with its launch; peers are timed the same way in the same run."]
     if run.get("quant"):
-        rows = [r for r in run["quant"] if r["g"] == 128]
-        pc, pv = _peer_cols(rows)
-        sc, sv = _same_copy_cols(rows)
-        out += ["", "**per_token_group_quant_fp8** (bf16 in, G = 128)", "", _table(
-            ["T", "H", "graph", "of copy"] + sc + ["event", "torch.compile graph", "x compile"]
-            + pc, [[r["t"], r["h"], r["graph_us"], f"{r['copy_frac']:.0%}"] + sv(r)
-                   + [r["us"], r["compile_graph_us"], r["vs_compile"]] + pv(r) for r in rows])]
+        out += _quant_table("**per_token_group_quant_fp8** (bf16 in, G = 128)",
+                            [r for r in run["quant"] if r["g"] == 128])
     if run.get("rmsnorm"):
         pc, pv = _peer_cols(run["rmsnorm"])
         out += ["", "**rmsnorm / fused_add_rmsnorm** (bf16)", "", _table(
@@ -135,12 +140,7 @@ def tables(run: dict, source: str) -> str:
     if run.get("rmsnorm_quant"):
         rgq = [r for r in run["rmsnorm_quant"] if r["op"] == "rmsnorm_group_quant"]
         dual = [r for r in run["rmsnorm_quant"] if r["op"] == "dual_rmsnorm_group_quant"]
-        pc, pv = _peer_cols(rgq)
-        sc, sv = _same_copy_cols(rgq)
-        out += ["", "**rmsnorm_group_quant** (bf16 in, G = 128)", "", _table(
-            ["T", "H", "graph", "of copy"] + sc + ["event", "torch.compile graph", "x compile"]
-            + pc, [[r["t"], r["h"], r["graph_us"], f"{r['copy_frac']:.0%}"] + sv(r)
-                   + [r["us"], r["compile_graph_us"], r["vs_compile"]] + pv(r) for r in rgq])]
+        out += _quant_table("**rmsnorm_group_quant** (bf16 in, G = 128)", rgq)
         out += ["", "**dual_rmsnorm_group_quant** (q 1536 + kv 512): one launch against "
                 "rmsnorm_group_quant + rmsnorm", "", _table(
                     ["T", "G", "one, graph", "two, graph", "speedup", "one, event",
