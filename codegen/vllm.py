@@ -41,12 +41,18 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
         raise ValueError(f"x: column-major scales need 2-D x, got shape {tuple(x.shape)}")
     layout = ("col_tma" if tma_aligned_scales else "col") if column_major_scales else "row"
     flat = x.dim() == 2
-    if out_q is not None:     # checked here, where it is called out_q
-        check_tensor("x", x)
+    if out_q is not None and not (isinstance(out_q, torch.Tensor) and out_q.shape == x.shape
+                                  and out_q.is_contiguous()):
+        check_tensor("x", x)      # raises naming x, else the next line naming out_q
         quant.check_out(out_q, x, quant.resolve_fp8(x, dtype, None)[0], "out_q")
-    q, s = ops.per_token_group_quant_fp8(_rows(x), group_size, scale_layout=layout,
-                                         ue8m0=bool(use_ue8m0), fp8_dtype=dtype,
-                                         out=None if out_q is None else _rows(out_q, True))
+    try:
+        q, s = ops.per_token_group_quant_fp8(_rows(x), group_size, scale_layout=layout,
+                                             ue8m0=bool(use_ue8m0), fp8_dtype=dtype,
+                                             out=None if out_q is None else _rows(out_q, True))
+    except ValueError as e:       # out_q's dtype, device or alignment, under its own name
+        if out_q is None or not str(e).startswith("out: "):
+            raise
+        raise ValueError(f"out_q: {str(e)[5:]}") from None
     if flat:
         return q, s
     return q.view(x.shape) if out_q is None else out_q, s.view(*x.shape[:-1], s.shape[-1])

@@ -167,8 +167,13 @@ def test_emu_quant_into_out(arch):
                        (out.t().contiguous().t(), "out: must be contiguous")):
         with pytest.raises(ValueError, match=match):
             ops.per_token_group_quant_fp8(x, 64, out=bad)
-    with pytest.raises(ValueError, match="out_q: "):
-        vllm.per_token_group_quant_fp8(x3, 64, out_q=out3.view(torch.uint8))
+    n = out3.numel()
+    for bad in (out3.view(torch.uint8), out3.view(7, 3, 640),
+                torch.empty(3, 7, 1280, dtype=torch.uint8).view(dtype)[..., :640],
+                torch.empty(n + 16, dtype=torch.uint8)[8:8 + n].view(dtype).view(3, 7, 640),
+                "q"):
+        with pytest.raises((TypeError, ValueError), match="out_q: "):
+            vllm.per_token_group_quant_fp8(x3, 64, out_q=bad)
     with pytest.raises(ValueError, match="out: must start on a 16-byte boundary"):
         ops.per_token_group_quant_fp8(x, 64, out=torch.empty(21 * 640 + 16, dtype=torch.uint8)
                                       [8:8 + 21 * 640].view(dtype).view(21, 640))
