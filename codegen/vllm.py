@@ -107,12 +107,14 @@ def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon:
         raise ValueError("tma_alignment: applies to transposed scales only "
                          "(is_scale_transposed=True)")
     layout = ("col_tma" if tma_alignment else "col") if is_scale_transposed else "row"
-    q, s = ops.rmsnorm_group_quant(input, weight, epsilon, group_size[1], residual=residual,
+    if isinstance(input, torch.Tensor):     # before the call, which may update residual
+        check_tensor("x", input)
+        fp8 = quant.resolve_fp8(input, None, None)[0]
+        if fp8 != quant_dtype:
+            raise ValueError(f"quant_dtype: {quant_dtype} is not this device's FP8 format "
+                             f"({fp8})")
+    return ops.rmsnorm_group_quant(input, weight, epsilon, group_size[1], residual=residual,
                                    scale_layout=layout)
-    if q.dtype != quant_dtype:
-        raise ValueError(f"quant_dtype: {quant_dtype} is not this device's FP8 format "
-                         f"({q.dtype})")
-    return q, s
 
 
 def w8a8_triton_block_scaled_mm(A: torch.Tensor, B: torch.Tensor, As: torch.Tensor,

@@ -144,6 +144,23 @@ def test_emu_quant_boundaries_and_special_values(arch):
     torch.testing.assert_close(q.float(), rq.float(), equal_nan=True, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("arch", ["gfx942"])
+def test_emu_rmsnorm_group_quant_vllm_wrong_format_leaves_residual(arch):
+    """vLLM's rms_norm_per_block_quant with another FP8 format than the device's (gfx942:
+    e4m3fnuz): refused naming quant_dtype before the kernel updates the residual in place."""
+    from codegen import vllm
+    on(arch)
+    x = torch.randn(5, 256).to(torch.bfloat16)
+    w, r = torch.ones(256, dtype=torch.bfloat16), torch.randn(5, 256).to(torch.bfloat16)
+    before = r.clone()
+    with pytest.raises(ValueError, match="quant_dtype: .*float8_e4m3fnuz"):
+        vllm.rms_norm_per_block_quant(x, w, 1e-6, torch.float8_e4m3fn, [1, 128], residual=r)
+    assert torch.equal(r, before)
+    q, _ = vllm.rms_norm_per_block_quant(x, w, 1e-6, torch.float8_e4m3fnuz, [1, 128],
+                                         residual=r)
+    assert q.dtype == torch.float8_e4m3fnuz and not torch.equal(r, before)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_emu_quant_into_out(arch):
     """q written into the caller's buffer (poisoned, so an unwritten byte shows), through the
