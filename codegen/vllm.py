@@ -14,7 +14,7 @@ import torch
 
 from . import ops
 from .ops import quant
-from .ops._common import check_tensor
+from .ops._common import check_tensor, on_emulator
 from .reference import EPS_AMAX
 
 __all__ = ["per_token_group_quant_fp8", "rms_norm", "fused_add_rms_norm",
@@ -107,8 +107,8 @@ def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon:
         raise ValueError("tma_alignment: applies to transposed scales only "
                          "(is_scale_transposed=True)")
     layout = ("col_tma" if tma_alignment else "col") if is_scale_transposed else "row"
-    if isinstance(input, torch.Tensor):     # before the call, which may update residual
-        check_tensor("x", input)
+    # before the call, which may update residual (elsewhere than a GPU the op refuses x first)
+    if isinstance(input, torch.Tensor) and (input.is_cuda or on_emulator(input)):
         fp8 = quant.resolve_fp8(input, None, None)[0]
         if fp8 != quant_dtype:
             raise ValueError(f"quant_dtype: {quant_dtype} is not this device's FP8 format "
