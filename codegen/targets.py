@@ -44,6 +44,9 @@ class Target:
     # the largest cache in front of device memory on the target's largest part, bytes: AMD's
     # Infinity Cache where the part has one (torch reports only the L2), else the L2
     cache_bytes: int
+    # multiprocessors (HIP's CUs, NVIDIA's SMs) of that part: dispatch's count where it has no
+    # device to ask
+    multiprocessors: int
 
     @property
     def has_fp8(self) -> bool:
@@ -95,17 +98,18 @@ class Target:
         return min(blocks, self.lds_per_cu // lds) if lds else blocks
 
 
-def _amd(arch, wave, fp8, matrix, lds, regs, granule, waves, cache_mib, lds_cu=65536,
+def _amd(arch, wave, fp8, matrix, lds, regs, granule, waves, cache_mib, cus, lds_cu=65536,
          lds_clk=(128, 128)):
     return Target(arch, "amd", wave, fp8, matrix, lds, regs, granule, waves, 4, lds_cu,
-                  *lds_clk, cache_mib << 20)
+                  *lds_clk, cache_mib << 20, cus)
 
 
 # Register-file figures are from AMD's ISA documents: CDNA3 has 512 (arch + acc) VGPRs per
 # lane in granules of 8 and 8 waves per SIMD; RDNA3/4 in wave32 have 1536 VGPRs in granules
 # of 24 (shown as 1536/24 slots) and 16 waves per SIMD. Caches (MiB) from ROCm's GPU
 # specifications: MI300X / MI355X 256 (L2 32), R9700 64 (L2 8), RX 9060 XT 32 (L2 4), RX 7900
-# XTX 96 (L2 6), one MI250X GCD no Infinity Cache (L2 8); H100 / H200: L2 50.
+# XTX 96 (L2 6), one MI250X GCD no Infinity Cache (L2 8); H100 / H200: L2 50. Multiprocessors
+# of the same parts: 304, 256, 32, 16, 48, 110; 132.
 # A "CU" is what HIP counts as a multiprocessor: on RDNA, which runs in WGP mode by default,
 # that is the WGP (two CUs, 4 SIMD32, 128 KB of LDS in 64 dword banks; a workgroup may use
 # 64 KB); on CDNA3 the CU (4 SIMD16, 64 KB in 32 banks, a dword per bank and clock). CDNA4
@@ -113,15 +117,15 @@ def _amd(arch, wave, fp8, matrix, lds, regs, granule, waves, cache_mib, lds_cu=6
 # taken as CDNA3's.
 _WGP = dict(lds_cu=131072, lds_clk=(256, 256))     # RDNA's multiprocessor
 TARGETS: dict[str, Target] = {t.arch: t for t in (
-    _amd("gfx942", 64, (E4M3FNUZ_224, E4M3FNUZ_240), "mfma_fp8", 65536, 512, 8, 8, 256),
-    _amd("gfx950", 64, (E4M3FN,), "mfma_f8f6f4", 163840, 512, 8, 8, 256, lds_cu=163840,
+    _amd("gfx942", 64, (E4M3FNUZ_224, E4M3FNUZ_240), "mfma_fp8", 65536, 512, 8, 8, 256, 304),
+    _amd("gfx950", 64, (E4M3FN,), "mfma_f8f6f4", 163840, 512, 8, 8, 256, 256, lds_cu=163840,
          lds_clk=(256, 128)),
-    _amd("gfx1200", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16, 32, **_WGP),
-    _amd("gfx1201", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16, 64, **_WGP),
-    _amd("gfx1100", 32, (), "", 65536, 1536, 24, 16, 96, **_WGP),
-    _amd("gfx90a", 64, (), "", 65536, 512, 8, 8, 8),
+    _amd("gfx1200", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16, 32, 16, **_WGP),
+    _amd("gfx1201", 32, (E4M3FN,), "wmma_fp8", 65536, 1536, 24, 16, 64, 32, **_WGP),
+    _amd("gfx1100", 32, (), "", 65536, 1536, 24, 16, 96, 48, **_WGP),
+    _amd("gfx90a", 64, (), "", 65536, 512, 8, 8, 8, 110),
     Target("sm_90a", "nvidia", 32, (E4M3FN,), "wgmma_fp8", 232448, 65536, 256, 64, 1, 233472,
-           128, 128, 50 << 20),
+           128, 128, 50 << 20, 132),
 )}
 
 

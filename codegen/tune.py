@@ -116,11 +116,12 @@ def best_first(cands: list[dict], est: dict[int, tuple], m: int, n: int, k: int,
     return ranked + [i for i in range(len(cands)) if i not in est]
 
 
-def incumbent(arch: str, m: int, n: int, k: int, cands: list[dict]) -> dict | None:
-    """What dispatch picks for the cell now (its table entry, else the M-only heuristic) where
-    the candidates lack it (--kernels): timed in the same run, so that a restricted run replaces
-    it only with something faster."""
-    now = fam.pick(arch, m, n, k)
+def incumbent(arch: str, m: int, n: int, k: int, cands: list[dict],
+              cus: int | None = None) -> dict | None:
+    """What dispatch picks for the cell now (its table entry, else the heuristic) where the
+    candidates lack it (--kernels): timed in the same run, so that a restricted run replaces it
+    only with something faster."""
+    now = fam.pick(arch, m, n, k, cus)
     return None if now in cands else now
 
 
@@ -223,7 +224,7 @@ def main(argv=None) -> int:
                     print(f"M={m} N={n} K={k}: {cfg} is wrong; left out", file=sys.stderr)
                     continue
                 timed.append((graph_time(cfg), cfg, rank))
-            held = incumbent(arch, m, n, k, cands)
+            held = incumbent(arch, m, n, k, cands, props.multi_processor_count)
             if held:
                 timed.append((graph_time(held), held, -1))
             # the near-equal ones timed in turn (graphs_us), so that a clock or power drift over

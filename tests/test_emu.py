@@ -424,16 +424,23 @@ def check_config_on_tail(arch, c) -> None:
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_emu_gemm_dispatch(arch):
-    """Through dispatch: the decode, small-M and large-M kernels, tails in M, N and K."""
+    """Through dispatch: the decode, small-M and large-M kernels, tails in M, N and K; on CDNA
+    the large-M tile by the emulated device's CU count (4): 64 x 64 where 128 x 128 tiles would
+    leave CUs idle (2 tiles at 83 x 136), 128 x 128 where they fill them (10 at 200 x 520)."""
     s = on(arch)
-    kinds = set()
-    for m, n, k in ((1, 200, 400), (3, 136, 272), (7, 200, 400), (83, 136, 272)):
+    kinds, tiles = set(), []
+    for m, n, k in ((1, 200, 400), (3, 136, 272), (7, 200, 400), (83, 136, 272),
+                    (200, 520, 272)):
         first = len(s.launches())
         a, sa, b, sb = gemm_inputs(arch, m, n, k)
         check_gemm(ops.gemm_a8w8_blockscale(a, sa, b, sb), a, sa, b, sb)
         kinds |= {next(kind for kind in ("lds", "gemv", "mma") if f"_{kind}_" in x.uri)
                   for x in launched(s, first)}
+        tiles += [x.uri.split("_lds_")[1].split("_k128")[0] for x in launched(s, first)
+                  if "_lds_" in x.uri]
     assert kinds == {"gemv", "mma", "lds"}, kinds
+    cdna = get_target(arch).wave_size == 64
+    assert tiles == (["m64_n64", "m128_n128"] if cdna else ["m128_n64", "m128_n64"]), tiles
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -115,7 +115,27 @@ def test_every_default_config_validates(arch):
 @pytest.mark.parametrize("arch", FP8_ARCHS)
 def test_every_heuristic_pick_validates(arch):
     for m in range(1, 300):
-        assert validate(variant(arch, **fam.heuristic(arch, m))) is None, (arch, m)
+        for n in (None, 128, 7168):
+            assert validate(variant(arch, **fam.heuristic(arch, m, n))) is None, (arch, m, n)
+
+
+@pytest.mark.parametrize("arch,cus,wide", [("gfx942", 304, dict(atom="")),
+                                           ("gfx950", 256, dict(atom="16x16x128"))])
+def test_cdna_tile_by_how_many_128_tiles_fill_the_cus(arch, cus, wide):
+    """CDNA past M = 16: 128 x 128 tiles in 64 x 32 wave tiles once they give every CU one,
+    else 64 x 64 (more blocks); the device's count decides, the target's largest part's without
+    one; RDNA keeps its tile."""
+    assert get_target(arch).multiprocessors == cus
+    large = fam.config("lds", 128, 128, stages=2, wave_tile="w64x32", **wide)
+    small = fam.config("lds", 64, 64, stages=2)
+    at = {m: -(-cus // -(-m // 128)) * 128 for m in (128, 1024, 4096)}   # N where tiles = cus
+    for m, n in at.items():
+        assert fam.heuristic(arch, m, n) == large, (m, n)
+        assert fam.heuristic(arch, m, n - 128) == small, (m, n)
+        assert fam.pick(arch, m, n - 128, 7168, cus=(-(-m // 128)) * (n // 128 - 1)) == large
+    assert fam.heuristic(arch, 17, 1 << 20) == large and fam.heuristic(arch, 16, 1 << 20) != large
+    assert fam.heuristic(arch, 8192) == large      # no N: as if the tiles fill the device
+    assert fam.heuristic("gfx1201", 8192, 576) == fam.config("lds", 128, 64, stages=2)
 
 
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])

@@ -115,7 +115,7 @@ def test_explain_says_table_hit_or_heuristic():
     assert json.loads(lines[1].removeprefix("config: ")) == cfg
     lines = explain("gfx942", gemm.FAMILY, {}, 3000, 100, 512)
     assert any(line.startswith("why: heuristic by M") for line in lines)
-    assert json.loads(lines[1].removeprefix("config: ")) == gemm.heuristic("gfx942", 3000)
+    assert json.loads(lines[1].removeprefix("config: ")) == gemm.heuristic("gfx942", 3000, 100)
     lines = explain("gfx942", gemm.FAMILY, {}, 16, 2112, 7000)
     assert lines == ["unsupported: --k 7000 is not a multiple of 16 (rows are read 16 bytes at a "
                      "time); pad A and B with zero columns to 7008"]

@@ -386,8 +386,15 @@ def k_refused(k: int) -> str | None:
             f"zero columns to {-(-k // 16) * 16}")
 
 
-def heuristic(arch: str, m: int) -> dict:
-    """The config for a shape no table entry covers: by M only, valid for any N and K."""
+# the instruction of CDNA's 128 x 128 tile where it is not the target's default (the
+# estimate's fastest K loop there)
+CDNA_WIDE_ATOM = {"gfx950": "16x16x128"}
+
+
+def heuristic(arch: str, m: int, n: int | None = None, cus: int | None = None) -> dict:
+    """The config for a shape no table entry covers, valid for any N and K: by M, and on CDNA by
+    whether 128 x 128 tiles of the output fill the device's `cus` multiprocessors (the target's
+    largest part where not given; without N, as if they do)."""
     if m == 1:   # decode: stream the weights with every wave, no matrix instructions
         return config("gemv", 1, 4 if arch == "sm_90a" else 2, split_k=4)
     if arch == "sm_90a":
@@ -400,17 +407,27 @@ def heuristic(arch: str, m: int) -> dict:
         return config("tma", 128, 128, stages=5)
     if m <= 16:
         return mma_config(arch, 16, 16, split_k=8)
-    # AMD, larger M: the LDS-staged kernel, 8 waves of 32 x 32 (its speed is not measured yet:
-    # no AMD GPU here). The static estimate prefers 128 x 128 tiles of one wave per SIMD, but it
-    # has no term for memory latency, which such tiles hide worst: the tuner decides.
-    return config("lds", 128, 64, stages=2)
+    target = get_target(arch)
+    if target.wave_size == 32:
+        # RDNA: 8 waves of 32 x 32 (not measured on a GPU yet; the estimate's best, 128 x 128,
+        # is 11-14% ahead by it: the tuner decides)
+        return config("lds", 128, 64, stages=2)
+    # CDNA, as AMD's own tuned block-scale GEMMs for these layers pick (CK on MI300X / MI355X:
+    # 128 x 128 tiles at large M, 64 x 64 where those leave CUs idle) and the static estimate
+    # agrees: 1.29x (gfx942) and 1.43x (gfx950) the 128 x 64 tile's K loop for 128 x 128 in
+    # 64 x 32 wave tiles, which keeps two waves a SIMD to hide memory latency.
+    tiles = -(-m // 128) * -(-(n or 1 << 30) // 128)
+    if tiles < (cus or target.multiprocessors):
+        return config("lds", 64, 64, stages=2)
+    return config("lds", 128, 128, stages=2, atom=CDNA_WIDE_ATOM.get(arch, ""),
+                  wave_tile="w64x32")
 
 
 def default_configs(arch: str) -> list[dict]:
     """What a build compiles besides the table: the heuristic's picks, and the large-M tile on
     each larger instruction the target has, some with the 64 x 32 wave tile too (for python -m
     codegen.tune on its GPU; the static estimate ranks them)."""
-    picks = [heuristic(arch, m) for m in M_BUCKETS]
+    picks = [heuristic(arch, m, n) for m in M_BUCKETS for n in (128, None)]
     larger = [value for value, (_, archs) in LARGE_ATOMS.items() if arch in archs]
     picks += [config("lds", 128, 64, stages=2, atom=value) for value in larger]
     if get_target(arch).wave_size == 64:
@@ -442,8 +459,9 @@ def table(arch: str) -> dict[tuple[int, int, int], dict]:
             for key, e in table_entries(table_path(arch)).items()}
 
 
-def pick(arch: str, m: int, n: int, k: int) -> dict:
-    return table(arch).get((m_bucket(m), n, k)) or heuristic(arch, m)
+def pick(arch: str, m: int, n: int, k: int, cus: int | None = None) -> dict:
+    """The table's entry for the cell, else the heuristic's (cus: the device's multiprocessors)."""
+    return table(arch).get((m_bucket(m), n, k)) or heuristic(arch, m, n, cus)
 
 
 def variants(target) -> list[Variant]:

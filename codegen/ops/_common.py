@@ -73,6 +73,13 @@ def arch(t: torch.Tensor) -> str:
     return arch_of(t.device.index if t.device.index is not None else torch.cuda.current_device())
 
 
+def multiprocessors(t: torch.Tensor) -> int:
+    """CUs (HIP's multiprocessors) or SMs of t's device."""
+    if on_emulator(t):
+        return emulated.device.cus
+    return torch.cuda.get_device_properties(t.device).multi_processor_count
+
+
 # bound once: the eager paths call them on every launch
 is_compiling = torch.compiler.is_compiling
 raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0)

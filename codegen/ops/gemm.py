@@ -8,7 +8,7 @@ from ..families import gemm as fam
 from ..targets import get_target
 from . import _fast
 from ._common import (CACHES, LIB, arch, check_rc, check_tensor, is_compiling as _is_compiling,
-                      launcher, on_emulator, raw_stream, stream)
+                      launcher, multiprocessors, on_emulator, raw_stream, stream)
 
 LIB.define("gemm_a8w8_blockscale(Tensor a, Tensor a_scales, Tensor b, Tensor b_scales) -> Tensor")
 
@@ -41,7 +41,7 @@ def _kernel(a: torch.Tensor, m: int, n: int, k: int):
     key = (a.device, fam.m_bucket(m), n, k)
     hit = _picks.get(key)
     if hit is None:
-        hit = _picks[key] = _launcher(a, fam.pick(arch(a), m, n, k))
+        hit = _picks[key] = _launcher(a, fam.pick(arch(a), m, n, k, multiprocessors(a)))
     return hit
 
 
