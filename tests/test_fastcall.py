@@ -71,6 +71,7 @@ def lib(tmp_path_factory):
 class Recording:
     """A stand-in device whose every launcher records its arguments."""
     arch = "sm_90a"
+    multiprocessors = 132
 
     def __init__(self, lib):
         self.lib = lib

@@ -264,6 +264,10 @@ class Session:
         self.arch = device.arch
         self._launches: list[Launch] = []
 
+    @property
+    def multiprocessors(self) -> int:
+        return self.device.cus
+
     def kernel(self, variant):
         mod = module(variant)
         return lambda *args: mod.call(self.device, self._launches, *args)

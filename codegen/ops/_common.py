@@ -9,7 +9,7 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
 LIB = torch.library.Library("codegen", "DEF")
 
 # Host (CPU) tensors run on an emulated AMD GPU while one is attached (codegen.emu.attach): an
-# object with .arch and .kernel(variant) -> launcher. Every per-device cache of the ops is in
+# object with .arch, .multiprocessors and .kernel(variant) -> launcher. Every per-device cache of the ops is in
 # CACHES, so that attaching another device starts them afresh.
 emulated = None
 CACHES: list[dict | set] = []
@@ -76,7 +76,7 @@ def arch(t: torch.Tensor) -> str:
 def multiprocessors(t: torch.Tensor) -> int:
     """CUs (HIP's multiprocessors) or SMs of t's device."""
     if on_emulator(t):
-        return emulated.device.cus
+        return emulated.multiprocessors
     return torch.cuda.get_device_properties(t.device).multi_processor_count
 
 
