@@ -390,7 +390,9 @@ def _mfma_fp8(inst, ctx, rows, lane_bytes):
     read_c, write_d = (ctx.raccvgpr_dyn, ctx.waccvgpr_dyn) if acc else (ctx.rvgpr_dyn,
                                                                           ctx.wvgpr_dyn)
     c_in_regs = src2 >= _u32(256)                       # else an inline constant: 0
-    c_base = src2 - _u32(256)
+    # an inline constant's C reads register 0 and drops it: the loads run either way, and
+    # src2 - 256 would reach 128 registers before the file
+    c_base = c_in_regs.where(src2 - _u32(256), _u32(0))
     groups = 64 // rows                                 # lanes holding one row, K-wise
     k_all = groups * lane_bytes
     in_agprs = int(_emu._iattr(inst, "acc")) if on("mfma_acc_ab") else 0
