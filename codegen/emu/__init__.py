@@ -70,7 +70,42 @@ def emulator():
     from . import gaps
 
     gaps.install(emu)
+    _guard_pages()
     return emu
+
+
+_GUARD_BEFORE, _PAGE = 64 << 10, 4096
+
+
+@cache
+def _guard_pages() -> None:
+    """The emulator's own buffers (register files, LDS, scratch) each between PROT_NONE pages,
+    64 KiB before and a page after: its loads run for every lane and operand form, so an index
+    outside a buffer faults where it happens, every run, not only where the address space
+    happens to be unmapped there."""
+    import mmap
+
+    from tinygrad.helpers import mv_address
+    from tinygrad.runtime import ops_cpu
+
+    libc = ctypes.CDLL(None)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    original = ops_cpu.CPUAllocator._alloc
+
+    def alloc(self, size, options):
+        if options.external_ptr is not None or sys.platform != "linux":
+            return original(self, size, options)
+        body = -(-size // _PAGE) * _PAGE
+        buf = mmap.mmap(-1, _GUARD_BEFORE + body + _PAGE, mmap.MAP_ANON | mmap.MAP_SHARED,
+                        mmap.PROT_READ | mmap.PROT_WRITE)
+        base = mv_address(buf)
+        if libc.mprotect(base, _GUARD_BEFORE, 0) or libc.mprotect(base + _GUARD_BEFORE + body,
+                                                                  _PAGE, 0):
+            raise OSError(ctypes.get_errno(), "mprotect of an emulator guard page failed")
+        va = (base + _GUARD_BEFORE + body - size) & ~15   # ends within 16 bytes of the guard
+        return ops_cpu.HCQBuffer(va, size, meta=buf, view=ops_cpu.MMIOInterface(va, size, fmt="B"),
+                                 owner=self.dev)
+    ops_cpu.CPUAllocator._alloc = alloc
 
 
 @dataclass(frozen=True)
