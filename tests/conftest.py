@@ -53,13 +53,15 @@ def cache_dir(tmp_path, monkeypatch):
 _EMU_FAMILIES = (("test_emu_gap", "emulator gaps"), ("test_emu_quant", "group_quant_fp8"),
                  ("test_emu_rmsnorm_group_quant", "rmsnorm_group_quant"),
                  ("test_emu_dual", "dual_rmsnorm_group_quant"), ("test_emu_rmsnorm", "rmsnorm"),
-                 ("test_emu_gemm", "gemm_a8w8_blockscale"), ("test_emu_aiter", "codegen.aiter"))
+                 ("test_emu_gemm", "gemm_a8w8_blockscale"), ("test_emu_aiter", "codegen.aiter"),
+                 ("test_emu_buffers", "emulator buffers"))
 _EMU_CONTRACT = {"emulator gaps": "each fix shown", "group_quant_fp8": "bit-exact",
                  "rmsnorm": "fused = unfused, <= 1 ulp",
                  "rmsnorm_group_quant": "bit-exact vs unfused",
                  "dual_rmsnorm_group_quant": "bit-exact vs single ops",
                  "gemm_a8w8_blockscale": "rel. error < 1e-3",
-                 "codegen.aiter": "bit-exact vs the ops"}
+                 "codegen.aiter": "bit-exact vs the ops",
+                 "emulator buffers": "between guard pages"}
 _EMU_ANY_FAMILY = ("emulator gaps", "codegen.aiter")    # rows counting every variant they ran
 _emu_reports: dict[str, object] = {}
 

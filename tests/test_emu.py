@@ -522,6 +522,31 @@ def evaluate(fn, bits: list[int]) -> list[int]:
     return Tensor(fn(Tensor(bits, dtype=dtypes.uint32).uop)).numpy().tolist()
 
 
+def test_emu_buffers_sit_between_guard_pages():
+    """Every buffer the emulator allocates has no-access memory right after it (within 16
+    bytes) and 64 KiB before the page it starts in, so that a read outside one faults on every
+    run."""
+    emu.emulator()
+    from tinygrad import dtypes
+    from tinygrad.device import Buffer
+
+    def access(addr):       # the permissions of the mapping that holds addr
+        for line in open("/proc/self/maps"):
+            span, perms = line.split()[:2]
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            if lo <= addr < hi:
+                return perms[:3]
+        return None
+
+    for size in (4, 512, 100 * 4, 256 * 64 * 4):
+        buf = Buffer("CPU", size // 4, dtypes.uint32).ensure_allocated()
+        va = buf._buf.va_addr
+        assert access(va) == "rw-" and access(va + size - 1) == "rw-", size
+        assert access(va + size + 15) in ("---", None), size
+        page = va & ~4095
+        assert access(page - 1) == "---" and access(page - (64 << 10)) == "---", size
+
+
 @pytest.mark.parametrize("fmt", ["e4m3fn", "e4m3fnuz"])
 def test_emu_gap_fp8_convert(fmt):
     """V_CVT_PK_FP8_F32 as the ISA states it (RNE, denormal results kept; FNUZ on gfx942)
