@@ -427,6 +427,7 @@ def default_configs(arch: str) -> list[dict]:
     """What a build compiles besides the table: the heuristic's picks, and the large-M tile on
     each larger instruction the target has, some with the 64 x 32 wave tile too (for python -m
     codegen.tune on its GPU; the static estimate ranks them)."""
+    # N = 128 gives the fewest 128 x 128 tiles, no N as many as fill any device: both CDNA picks
     picks = [heuristic(arch, m, n) for m in M_BUCKETS for n in (128, None)]
     larger = [value for value, (_, archs) in LARGE_ATOMS.items() if arch in archs]
     picks += [config("lds", 128, 64, stages=2, atom=value) for value in larger]

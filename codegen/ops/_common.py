@@ -9,8 +9,8 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp
 LIB = torch.library.Library("codegen", "DEF")
 
 # Host (CPU) tensors run on an emulated AMD GPU while one is attached (codegen.emu.attach): an
-# object with .arch, .multiprocessors and .kernel(variant) -> launcher. Every per-device cache of the ops is in
-# CACHES, so that attaching another device starts them afresh.
+# object with .arch, .multiprocessors and .kernel(variant) -> launcher. Every per-device cache
+# of the ops is in CACHES, so that attaching another device starts them afresh.
 emulated = None
 CACHES: list[dict | set] = []
 
