@@ -194,10 +194,21 @@ static int64_t resident_blocks(Kernel kernel, int block, int smem = 0) {
 // is none), then lets the grid after it start launching: its launch and block setup overlap
 // this grid's run instead of following its end. CODEGEN_PDL=0 (read once per module) launches
 // plainly.
-CG_DEVICE void pdl_begin() {
+CG_DEVICE void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\ngriddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+// Lets the grid after this one start launching (it still waits for this one's end before its
+// own first global access); a block that never calls it does so when it exits.
+CG_DEVICE void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+CG_DEVICE void pdl_begin() {
+  pdl_wait();
+  pdl_trigger();
 }
 // Every thread of the thread-block cluster (not .aligned: lanes may arrive apart); shared memory
 // written before it is visible to the cluster's other blocks after it (sm_90).
