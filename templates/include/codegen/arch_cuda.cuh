@@ -189,18 +189,17 @@ static int64_t resident_blocks(Kernel kernel, int block, int smem = 0) {
 }
 
 // Programmatic dependent launch: launch() lets a kernel start while the grid before it in the
-// stream drains, and every kernel calls pdl_begin() before its first global memory access. It
-// waits there until the grid before has completed with its writes visible (at once when there
-// is none), then lets the grid after it start launching: its launch and block setup overlap
-// this grid's run instead of following its end. CODEGEN_PDL=0 (read once per module) launches
-// plainly.
+// stream drains, and every kernel calls pdl_wait() (mostly through pdl_begin()) before its first
+// global memory access: it returns once the grid before has completed with its writes visible
+// (at once when there is none). CODEGEN_PDL=0 (read once per module) launches plainly.
 CG_DEVICE void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
-// Lets the grid after this one start launching (it still waits for this one's end before its
-// own first global access); a block that never calls it does so when it exits.
+// Lets the grid after this one start launching, so that its launch and block setup overlap this
+// grid's run (it still waits in pdl_wait() for this grid's end); a block that never calls it
+// does so when it exits.
 CG_DEVICE void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
