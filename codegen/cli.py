@@ -173,10 +173,10 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
         if why := gemm.k_refused(k):   # as the op refuses it
             return [f"unsupported: --k {why}"]
         entry = gemm.table(arch).get((gemm.m_bucket(m), n, k))
-        cfg = entry or gemm.heuristic(arch, m, n)
+        cfg = entry or gemm.heuristic(arch, m, n, k=k)
         how = (f"table hit in {gemm.table_path(arch).name} at (M bucket {gemm.m_bucket(m)}, "
                f"N {n}, K {k})" if entry else
-               f"heuristic by M and N (no table entry for M bucket {gemm.m_bucket(m)}, N {n}, "
+               f"heuristic by M, N and K (no table entry for M bucket {gemm.m_bucket(m)}, N {n}, "
                f"K {k} on {arch}; {get_target(arch).multiprocessors} multiprocessors assumed)")
         lines.append(f"config: {json.dumps(cfg)}")
         lines.append(f"why: {how}")

@@ -119,6 +119,23 @@ def test_every_heuristic_pick_validates(arch):
             assert validate(variant(arch, **fam.heuristic(arch, m, n))) is None, (arch, m, n)
 
 
+@pytest.mark.parametrize("arch", FP8_ARCHS)
+def test_decode_pick_gives_every_wave_of_a_row_weights_to_read(arch):
+    """M = 1 without a table entry: as many waves a B row (up to 4) as K has a 16-byte piece for
+    each, a block of as many threads as at long K (up to 8 rows), and a build that has them."""
+    wave = get_target(arch).wave_size
+    long = fam.heuristic(arch, 1, 7168)
+    built = fam.default_configs(arch)
+    for k in range(16, 16 * 5 * wave, 16):
+        c = fam.pick(arch, 1, 7000, k)   # an N no table has
+        assert (c["split_k"] - 1) * wave < k // 16, (k, c)
+        assert c["split_k"] == 4 or k // 16 <= c["split_k"] * 2 * wave, (k, c)   # no fewer
+        assert c["block_n"] * c["split_k"] == min(8 * c["split_k"],
+                                                  long["block_n"] * long["split_k"]), (k, c)
+        assert validate(variant(arch, **c)) is None and c in built, (k, c)
+    assert long["split_k"] == 4 and fam.pick(arch, 1, 7000, 16 * 3 * wave + 16) == long
+
+
 @pytest.mark.parametrize("arch,cus,wide", [("gfx942", 304, dict(atom="")),
                                            ("gfx950", 256, dict(atom="16x16x128"))])
 def test_cdna_tile_by_how_many_128_tiles_fill_the_cus(arch, cus, wide):

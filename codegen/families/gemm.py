@@ -391,12 +391,23 @@ def k_refused(k: int) -> str | None:
 CDNA_WIDE_ATOM = {"gfx950": "16x16x128"}
 
 
-def heuristic(arch: str, m: int, n: int | None = None, cus: int | None = None) -> dict:
-    """The config for a shape no table entry covers, valid for any N and K: by M, and on CDNA by
-    whether 128 x 128 tiles of the output fill the device's `cus` multiprocessors (the target's
-    largest part where not given; without N, as if they do)."""
+def gemv_config(arch: str, k: int | None = None) -> dict:
+    """Decode's weight stream: up to 4 waves a B row, as many as K gives each of them a 16-byte
+    piece (a wave without one would only idle), and the block's threads kept (more rows)."""
+    wave = get_target(arch).wave_size
+    pieces = (k or 1 << 30) // 16
+    split = 4 if pieces > 3 * wave else 2 if pieces > wave else 1
+    rows = 4 if arch == "sm_90a" else 2   # at 4 waves a row
+    return config("gemv", 1, min(8, rows * 4 // split), split_k=split)
+
+
+def heuristic(arch: str, m: int, n: int | None = None, cus: int | None = None,
+              k: int | None = None) -> dict:
+    """The config for a shape no table entry covers, valid for any N and K: by M, at M = 1 by K,
+    and on CDNA by whether 128 x 128 tiles of the output fill the device's `cus`
+    multiprocessors (the target's largest part where not given; without N, as if they do)."""
     if m == 1:   # decode: stream the weights with every wave, no matrix instructions
-        return config("gemv", 1, 4 if arch == "sm_90a" else 2, split_k=4)
+        return gemv_config(arch, k)
     if arch == "sm_90a":
         if m <= 8:
             return mma_config(arch, 8, 32, split_k=8)
@@ -429,6 +440,8 @@ def default_configs(arch: str) -> list[dict]:
     codegen.tune on its GPU; the static estimate ranks them)."""
     # N = 128 gives the fewest 128 x 128 tiles, no N as many as fill any device: both CDNA picks
     picks = [heuristic(arch, m, n) for m in M_BUCKETS for n in (128, None)]
+    wave = get_target(arch).wave_size   # decode's K short of 4 and of 2 waves a row
+    picks += [gemv_config(arch, 16 * wave * waves) for waves in (1, 2)]
     larger = [value for value, (_, archs) in LARGE_ATOMS.items() if arch in archs]
     picks += [config("lds", 128, 64, stages=2, atom=value) for value in larger]
     if get_target(arch).wave_size == 64:
@@ -462,7 +475,7 @@ def table(arch: str) -> dict[tuple[int, int, int], dict]:
 
 def pick(arch: str, m: int, n: int, k: int, cus: int | None = None) -> dict:
     """The table's entry for the cell, else the heuristic's (cus: the device's multiprocessors)."""
-    return table(arch).get((m_bucket(m), n, k)) or heuristic(arch, m, n, cus)
+    return table(arch).get((m_bucket(m), n, k)) or heuristic(arch, m, n, cus, k)
 
 
 def variants(target) -> list[Variant]:
