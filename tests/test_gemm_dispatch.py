@@ -120,20 +120,27 @@ def test_every_heuristic_pick_validates(arch):
 
 
 @pytest.mark.parametrize("arch", FP8_ARCHS)
-def test_decode_pick_gives_every_wave_of_a_row_weights_to_read(arch):
-    """M = 1 without a table entry: as many waves a B row (up to 4) as K has a 16-byte piece for
-    each, a block of as many threads as at long K (up to 8 rows), and a build that has them."""
-    wave = get_target(arch).wave_size
-    long = fam.heuristic(arch, 1, 7168)
-    built = fam.default_configs(arch)
-    for k in range(16, 16 * 5 * wave, 16):
-        c = fam.pick(arch, 1, 7000, k)   # an N no table has
-        assert (c["split_k"] - 1) * wave < k // 16, (k, c)
-        assert c["split_k"] == 4 or k // 16 <= c["split_k"] * 2 * wave, (k, c)   # no fewer
-        assert c["block_n"] * c["split_k"] == min(8 * c["split_k"],
-                                                  long["block_n"] * long["split_k"]), (k, c)
-        assert validate(variant(arch, **c)) is None and c in built, (k, c)
-    assert long["split_k"] == 4 and fam.pick(arch, 1, 7000, 16 * 3 * wave + 16) == long
+def test_decode_pick_by_n_and_k(arch):
+    """M = 1 without a table entry: more waves a row of B only as N gets too small to fill the
+    device and K long enough to give their lanes pieces to keep in flight; short rows of many
+    columns on sm_90a in the mma kernel; every pick in the build."""
+    built, waves = fam.default_configs(arch), {}
+    for n in (100, 300, 1000, 3001, 7000, 30000):
+        for k in range(128, 20000, 16 * 23):
+            c = fam.pick(arch, 1, n, k)
+            assert c in built and validate(variant(arch, **c)) is None, (n, k, c)
+            if arch == "sm_90a" and k <= 1536 and n >= 4096:
+                assert c["kernel"] == "mma" and c["block_m"] == 8, (n, k, c)
+            else:
+                assert c["kernel"] == "gemv", (n, k, c)
+                waves[n, k] = c["split_k"]
+                assert c["block_n"] * c["split_k"] <= 16, (n, k, c)
+    ns = sorted({n for n, _ in waves})
+    for (n, k), w in waves.items():   # no fewer at a smaller N or a longer K
+        wider = ns[ns.index(n) + 1] if n != ns[-1] else None
+        assert w >= waves.get((wider, k), 1) and w >= waves.get((n, k - 16 * 23), 1), (n, k)
+    assert {w for (n, _), w in waves.items() if n == 30000} == {1}
+    assert max(waves.values()) >= 2 and fam.heuristic(arch, 1)["split_k"] == 4
 
 
 @pytest.mark.parametrize("arch,cus,wide", [("gfx942", 304, dict(atom="")),

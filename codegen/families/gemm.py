@@ -391,14 +391,23 @@ def k_refused(k: int) -> str | None:
 CDNA_WIDE_ATOM = {"gfx950": "16x16x128"}
 
 
-def gemv_config(arch: str, k: int | None = None) -> dict:
-    """Decode's weight stream: up to 4 waves a B row, as many as K gives each of them a 16-byte
-    piece (a wave without one would only idle), and the block's threads kept (more rows)."""
-    wave = get_target(arch).wave_size
-    pieces = (k or 1 << 30) // 16
-    split = 4 if pieces > 3 * wave else 2 if pieces > wave else 1
-    rows = 4 if arch == "sm_90a" else 2   # at 4 waves a row
-    return config("gemv", 1, min(8, rows * 4 // split), split_k=split)
+def gemv_config(arch: str, split: int) -> dict:
+    """The decode kernel with `split` waves a row of B, a block of up to 8 rows (512 threads at
+    4 waves a row; 256 on gfx12)."""
+    return config("gemv", 1, min(8, (16 if arch == "sm_90a" else 8) // split), split_k=split)
+
+
+def gemv_split(arch: str, n: int | None, k: int | None, cus: int | None = None) -> int:
+    """Waves a row of B for decode: more fill the device at small N (512 threads a
+    multiprocessor), fewer give each lane the GEMV_UNROLL pieces it keeps in flight (on the
+    H100 one warp a row beat four by 1.1-3x at N >= 3000). 4 where N or K is not known."""
+    t = get_target(arch)
+    if n is None or k is None:
+        return 4
+    by_k = k // 16 // (GEMV_UNROLL * t.wave_size)
+    by_fill = -(-(cus or t.multiprocessors) * 512 // (n * t.wave_size))
+    waves = min(by_k, by_fill)
+    return 4 if waves >= 3 else 2 if waves >= 2 else 1
 
 
 def heuristic(arch: str, m: int, n: int | None = None, cus: int | None = None,
@@ -406,8 +415,11 @@ def heuristic(arch: str, m: int, n: int | None = None, cus: int | None = None,
     """The config for a shape no table entry covers, valid for any N and K: by M, at M = 1 by K,
     and on CDNA by whether 128 x 128 tiles of the output fill the device's `cus`
     multiprocessors (the target's largest part where not given; without N, as if they do)."""
-    if m == 1:   # decode: stream the weights with every wave, no matrix instructions
-        return gemv_config(arch, k)
+    if m == 1:   # decode: stream the weights, no matrix instructions (but short rows on sm_90a)
+        if arch == "sm_90a" and k and k <= 1536 and (n or 0) >= 4096:
+            kblocks = -(-k // SCALE_BLOCK)   # the mma kernel's split-K read them 1.3-1.7x faster
+            return mma_config(arch, 8, 16, split_k=4 if kblocks >= 4 else 2 if kblocks >= 2 else 1)
+        return gemv_config(arch, gemv_split(arch, n, k, cus))
     if arch == "sm_90a":
         if m <= 8:
             return mma_config(arch, 8, 32, split_k=8)
@@ -440,8 +452,9 @@ def default_configs(arch: str) -> list[dict]:
     codegen.tune on its GPU; the static estimate ranks them)."""
     # N = 128 gives the fewest 128 x 128 tiles, no N as many as fill any device: both CDNA picks
     picks = [heuristic(arch, m, n) for m in M_BUCKETS for n in (128, None)]
-    wave = get_target(arch).wave_size   # decode's K short of 4 and of 2 waves a row
-    picks += [gemv_config(arch, 16 * wave * waves) for waves in (1, 2)]
+    picks += [gemv_config(arch, split) for split in (1, 2)]   # decode with N and K known
+    if arch == "sm_90a":   # its decode on short rows
+        picks += [heuristic(arch, 1, 4096, k=k) for k in (128, 256, 512)]
     larger = [value for value, (_, archs) in LARGE_ATOMS.items() if arch in archs]
     picks += [config("lds", 128, 64, stages=2, atom=value) for value in larger]
     if get_target(arch).wave_size == 64:
