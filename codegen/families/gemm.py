@@ -412,12 +412,12 @@ def gemv_split(arch: str, n: int | None, k: int | None, cus: int | None = None) 
 
 def heuristic(arch: str, m: int, n: int | None = None, cus: int | None = None,
               k: int | None = None) -> dict:
-    """The config for a shape no table entry covers, valid for any N and K: by M, at M = 1 by K,
-    and on CDNA by whether 128 x 128 tiles of the output fill the device's `cus`
+    """The config for a shape no table entry covers, valid for any N and K: by M, at M = 1 by N
+    and K, and on CDNA by whether 128 x 128 tiles of the output fill the device's `cus`
     multiprocessors (the target's largest part where not given; without N, as if they do)."""
     if m == 1:   # decode: stream the weights, no matrix instructions (but short rows on sm_90a)
         if arch == "sm_90a" and k and k <= 1536 and (n or 0) >= 4096:
-            kblocks = -(-k // SCALE_BLOCK)   # the mma kernel's split-K read them 1.3-1.7x faster
+            kblocks = -(-k // SCALE_BLOCK)   # the mma kernel's split-K: 1.3-1.7x gemv's pace
             return mma_config(arch, 8, 16, split_k=4 if kblocks >= 4 else 2 if kblocks >= 2 else 1)
         return gemv_config(arch, gemv_split(arch, n, k, cus))
     if arch == "sm_90a":
