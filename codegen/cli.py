@@ -173,7 +173,7 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
         if why := gemm.k_refused(k):   # as the op refuses it
             return [f"unsupported: --k {why}"]
         entry = gemm.table(arch).get((gemm.m_bucket(m), n, k))
-        cfg = entry or gemm.heuristic(arch, m, n, k=k)
+        cfg = gemm.pick(arch, m, n, k)
         how = (f"table hit in {gemm.table_path(arch).name} at (M bucket {gemm.m_bucket(m)}, "
                f"N {n}, K {k})" if entry else
                f"heuristic by M, N and K (no table entry for M bucket {gemm.m_bucket(m)}, N {n}, "
