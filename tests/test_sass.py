@@ -131,6 +131,9 @@ def test_hopper_gemm_sass(i):
     frames = re.findall(r"(\d+) bytes stack frame", ptxas)
     assert spills and all(x == ("0", "0") for x in spills), ptxas
     assert frames and all(x == "0" for x in frames), ptxas
+    # every asynchronous MMA stays asynchronous (ptxas waits on each where it cannot prove which
+    # registers one owns)
+    assert "instructions are serialized" not in ptxas, ptxas
     kernels = re.split(r"\n\s*Function : ", code)[1:]
     split = cfg["kernel"] == "tma" and cfg["block_m"] != 256
     staged = fam.tma_staged_bytes(_gemm_variant(cfg)) > 0
