@@ -54,6 +54,15 @@ def test_gemm_dispatch_parity(m, n, k):
     check(ops.gemm_a8w8_blockscale(a, sa, b, sb), a, sa, b, sb)
 
 
+@pytest.mark.parametrize("n,k", [(1000, 512), (3000, 2048), (10000, 512), (7000, 1536),
+                                 (1000, 7168), (5000, 4096)])
+def test_decode_dispatch_parity_without_a_table_entry(n, k):
+    """M = 1 at shapes no table has: the heuristic's pick by N and K, through dispatch."""
+    a, sa, b, sb = make(1, n, k)
+    poisoned_alloc(1, n)
+    check(ops.gemm_a8w8_blockscale(a, sa, b, sb), a, sa, b, sb)
+
+
 def built_configs():
     arch = device_arch(torch.device("cuda")) if torch.cuda.is_available() else "sm_90a"
     return [dict(v.params) for v in fam.variants(get_target(arch))]
