@@ -431,54 +431,60 @@ def a_scales_as(sa: torch.Tensor, layout: str) -> torch.Tensor:
     return store[:, :m].t()
 
 
+def _gemm_cell(m: int, n: int, k: int, copy: dict, scales: str = "row") -> dict:
+    """One GEMM cell: ours (the config dispatch picks on this device) against cuBLAS blockwise
+    where it has a kernel; at M = 1 the weight read against a copy of as many bytes."""
+    from .families.gemm import pick
+
+    dev = torch.device("cuda")
+    arch = device_arch(dev)
+    dtype = ops.gemm.fp8_dtype_of(arch)
+
+    def inputs():
+        a = torch.randn(m, k, device="cuda").to(dtype)
+        sa = a_scales_as(torch.rand(m, -(-k // 128), device="cuda") + 0.5, scales)
+        b = torch.randn(n, k, device="cuda").to(dtype)
+        sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
+        return a, sa, b, sb
+    a, sa, b, sb = inputs()
+    ref = ops.gemm_a8w8_blockscale(a, sa, b, sb)
+    peer = _cublas_blockwise(a, sa, b, sb)
+    if peer:   # the peer computes the same thing: a wrong layout would show here
+        got = peer().float()
+        err = ((got - ref.float()).abs().mean() / ref.float().abs().mean()).item()
+        assert err < 1e-2, f"cuBLAS blockwise disagrees ({err:.3g}) at {m}x{n}x{k}"
+    nbytes = m * k + n * k + m * n * 2          # each set's A, B (weights) and out
+    makes = [lambda: (lambda t=inputs(): ops.gemm_a8w8_blockscale(*t))]
+    if peer:
+        makes.append(lambda: _cublas_blockwise(*inputs()))
+    times = cell_us(makes, nbytes)
+    (gus, us), (gcub, cub) = times[0], times[1] if peer else (None, None)
+    flops = 2 * m * n * k
+    cfg = pick(arch, m, n, k, torch.cuda.get_device_properties(dev).multi_processor_count)
+    row = dict(op="gemm", m=m, n=n, k=k, a_scales=scales, graph_us=gus, us=us,
+               tflops=flops / gus / 1e6, cublas_graph_us=gcub, cublas_us=cub,
+               cublas_tflops=flops / gcub / 1e6 if gcub else None,
+               vs_cublas=gcub / gus if gcub else None,
+               vs_cublas_event=cub / us if cub else None,
+               weight_gbs=n * k / gus / 1e3, weight_copy_frac=n * k / gus / 1e3 / copy["graph"],
+               config="{kernel} {block_m}x{block_n} sk{split_k} s{stages}".format(**cfg)
+               + (f" c{cfg['cluster']}" if cfg["cluster"] > 1 else "")
+               + (" pf" if cfg["l2_first_pass"] else ""))
+    if m == 1:   # decode: the weight read against a copy moving as many bytes
+        _same_copy(row, n * k)
+    return row
+
+
 def gemm_section(copy: dict, quick: bool, only_ms: list[int] | None = None,
                  scales: str = "row") -> list[dict]:
-    from .families.gemm import TUNED_SHAPES, pick
+    from .families.gemm import TUNED_SHAPES
 
-    arch = device_arch(torch.device("cuda"))
-    dtype = ops.gemm.fp8_dtype_of(arch)
     ms = [1, 16, 64, 128, 1024, 2048, 4096, 8192] if not quick else [1, 16, 4096]
     if only_ms:
         ms = sorted(only_ms)
-    results = []
     # M ascending in the outer loop: a decode cell timed right after an 8192-row one would run
     # at the lower SM clock that the board's power limit left behind (its peers too)
-    for m in ms:
-        for n, k in TUNED_SHAPES:
-            def inputs():
-                a = torch.randn(m, k, device="cuda").to(dtype)
-                sa = a_scales_as(torch.rand(m, -(-k // 128), device="cuda") + 0.5, scales)
-                b = torch.randn(n, k, device="cuda").to(dtype)
-                sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
-                return a, sa, b, sb
-            a, sa, b, sb = inputs()
-            ref = ops.gemm_a8w8_blockscale(a, sa, b, sb)
-            peer = _cublas_blockwise(a, sa, b, sb)
-            if peer:   # the peer computes the same thing: a wrong layout would show here
-                got = peer().float()
-                err = ((got - ref.float()).abs().mean() / ref.float().abs().mean()).item()
-                assert err < 1e-2, f"cuBLAS blockwise disagrees ({err:.3g}) at {m}x{n}x{k}"
-            nbytes = m * k + n * k + m * n * 2          # each set's A, B (weights) and out
-            makes = [lambda: (lambda t=inputs(): ops.gemm_a8w8_blockscale(*t))]
-            if peer:
-                makes.append(lambda: _cublas_blockwise(*inputs()))
-            times = cell_us(makes, nbytes)
-            (gus, us), (gcub, cub) = times[0], times[1] if peer else (None, None)
-            flops = 2 * m * n * k
-            cfg = pick(arch, m, n, k)
-            results.append(dict(op="gemm", m=m, n=n, k=k, a_scales=scales, graph_us=gus, us=us,
-                                tflops=flops / gus / 1e6, cublas_graph_us=gcub, cublas_us=cub,
-                                cublas_tflops=flops / gcub / 1e6 if gcub else None,
-                                vs_cublas=gcub / gus if gcub else None,
-                                vs_cublas_event=cub / us if cub else None,
-                                weight_gbs=n * k / gus / 1e3,
-                                weight_copy_frac=n * k / gus / 1e3 / copy["graph"],
-                                config="{kernel} {block_m}x{block_n} sk{split_k} s{stages}"
-                                .format(**cfg) + (f" c{cfg['cluster']}" if cfg["cluster"] > 1
-                                                  else "")
-                                + (" pf" if cfg["l2_first_pass"] else "")))
-            if m == 1:   # decode: the weight read against a copy moving as many bytes
-                _same_copy(results[-1], n * k)
+    results = [_gemm_cell(m, n, k, copy, scales) for m in ms for n, k in TUNED_SHAPES]
     results.sort(key=lambda r: (TUNED_SHAPES.index((r["n"], r["k"])), r["m"]))
     table(f"gemm_a8w8_blockscale, bf16 out, {scales} A scales (graph time; weight GB/s = N*K "
           "bytes / time)",
@@ -488,6 +494,25 @@ def gemm_section(copy: dict, quick: bool, only_ms: list[int] | None = None,
             r["vs_cublas"] or "n/a", r["weight_gbs"], f"{r['weight_copy_frac']:.0%}",
             f"{r['same_copy_frac']:.0%}" if "same_copy_frac" in r else "-", r["us"],
             r["vs_cublas_event"] or "n/a", r["config"]] for r in results])
+    return results
+
+
+# Decode (M = 1) at layers no GEMM table has, N x K: Llama 3.1 8B's fused QKV, O, gate + up
+# and down; 70B's QKV, O and down; Qwen3 32B's fused QKV and down. Every AMD shape takes the
+# heuristic too, so these keep it measured.
+DECODE_SHAPES = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 8192),
+                 (8192, 8192), (8192, 28672), (10240, 5120), (5120, 25600))
+
+
+def decode_section(copy: dict, quick: bool) -> list[dict]:
+    shapes = DECODE_SHAPES[:3] if quick else DECODE_SHAPES
+    results = [_gemm_cell(1, n, k, copy) for n, k in shapes]
+    table("gemm_a8w8_blockscale at M = 1, shapes no table has (the heuristic's pick; graph "
+          "time; weight GB/s = N*K bytes / time)",
+          ["N", "K", "graph us", "weight GB/s", "of copy", "of same-size copy", "event us",
+           "config"],
+          [[r["n"], r["k"], r["graph_us"], r["weight_gbs"], f"{r['weight_copy_frac']:.0%}",
+            f"{r['same_copy_frac']:.0%}", r["us"], r["config"]] for r in results])
     return results
 
 
@@ -659,6 +684,7 @@ def main(argv=None) -> int:
             "rmsnorm_quant": lambda: rmsnorm_quant_section(copy),
             "gemm": lambda: gemm_section(copy, args.quick, args.gemm_ms and [
                 int(m) for m in args.gemm_ms.split(",")], args.gemm_scales),
+            "decode": lambda: decode_section(copy, args.quick),
             "rmsnorm_kernels": lambda: rmsnorm_kernel_section(args.quick)}
     for name in sections:
         out[name] = runs[name]()

@@ -68,7 +68,8 @@ def _quant_table(title: str, rows: list[dict]) -> list[str]:
          + [r["us"], r["compile_graph_us"], r["vs_compile"]] + pv(r) for r in rows])]
 
 
-SECTIONS = ("jit", "overhead", "quant", "rmsnorm", "rmsnorm_quant", "gemm", "rmsnorm_kernels")
+SECTIONS = ("jit", "overhead", "quant", "rmsnorm", "rmsnorm_quant", "gemm", "decode",
+            "rmsnorm_kernels")
 
 
 def _meta(run: dict) -> dict:
@@ -156,6 +157,14 @@ def tables(run: dict, source: str) -> str:
                       r["vs_cublas"], f"{r['weight_copy_frac']:.0%}",
                       f"{r['same_copy_frac']:.0%}" if "same_copy_frac" in r else "-", r["us"],
                       r["config"]] for r in run["gemm"]])]
+    if run.get("decode"):
+        out += ["", "**gemm_a8w8_blockscale at M = 1 on shapes no GEMM table has** (the "
+                "heuristic's pick, as every AMD shape takes it), graph time", "", _table(
+                    ["N", "K", "graph", "weights, of copy", "weights, of same-size copy",
+                     "event", "config"],
+                    [[r["n"], r["k"], r["graph_us"], f"{r['weight_copy_frac']:.0%}",
+                      f"{r['same_copy_frac']:.0%}", r["us"], r["config"]]
+                     for r in run["decode"]])]
     if run.get("overhead", {}).get("calls_us"):
         o = run["overhead"]
         again = f"; measured again at commit {o['commit']}" if o.get("commit") else ""
@@ -234,6 +243,11 @@ def summary(run: dict) -> str:
                      f"{_span(r['weight_copy_frac'] for r in ones)} of copy" +
                      (f", {_span(r['same_copy_frac'] for r in ones)} of a same-size copy"
                       if all("same_copy_frac" in r for r in ones) else ""))
+    decode = run.get("decode", [])
+    if decode:
+        lines.append(f"- gemm_a8w8_blockscale, M = 1 on shapes no table has: weights read at "
+                     f"{_span(r['weight_copy_frac'] for r in decode)} of copy, "
+                     f"{_span(r['same_copy_frac'] for r in decode)} of a same-size copy")
     o = run.get("overhead", {}).get("overhead_us")
     if isinstance(o, dict):
         single = {k: v for k, v in o.items()

@@ -35,6 +35,17 @@ def test_report_shows_the_same_size_copy_where_timed():
     assert "(85% of a same-size copy)" in bench_report.summary(run)
 
 
+def test_report_shows_decode_on_untuned_shapes_where_timed():
+    run = _run()
+    assert "no table has" not in bench_report.tables(run, "x.json")
+    run["decode"] = [dict(op="gemm", m=1, n=6144, k=4096, graph_us=8.0, us=13.0,
+                          weight_copy_frac=0.79, same_copy_frac=0.95, config="gemv 1x8 sk1 s1")]
+    assert "| 6144 | 4096 | 8 | 79% | 95% | 13 | gemv 1x8 sk1 s1 |" in bench_report.tables(
+        run, "x.json")
+    assert ("M = 1 on shapes no table has: weights read at 79% of copy, 95% of a same-size copy"
+            in bench_report.summary(run))
+
+
 def test_a_range_below_zero_reads_as_one():
     assert bench_report._span([0.05, 0.9]) == "5%-90%"
     assert bench_report._span([-1.3, 3.3], "{:.1f}") == "-1.3 to 3.3"
