@@ -1,10 +1,14 @@
 """The bench's report and its optional peers, without a GPU."""
 import importlib
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
 from codegen import bench_report, peers
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run():
@@ -214,3 +218,16 @@ def test_gemm_scales_in_the_quant_ops_layouts():
     assert col.stride() == (1, 8) and torch.equal(col, sa)
     with pytest.raises(ValueError, match="layout"):
         a_scales_as(sa, "col")
+
+
+def test_ab_gemm_reads_its_cells():
+    spec = importlib.util.spec_from_file_location("ab_gemm", ROOT / "tools" / "ab_gemm.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    assert ab.parse_cell("1024x24576x1536:tma:128x128:s4:c2") == (
+        (1024, 24576, 1536), dict(kernel="tma", block_m=128, block_n=128, stages=4, cluster=2))
+    assert ab.parse_cell("1x7168x2048:mma:8x16:k4") == (
+        (1, 7168, 2048), dict(kernel="mma", block_m=8, block_n=16, split_k=4))
+    with pytest.raises(ValueError, match="MxNxK:kernel:BMxBN"):
+        ab.parse_cell("1024x4096:tma:128x128")
+
