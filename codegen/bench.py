@@ -435,9 +435,9 @@ def _gemm_cell(m: int, n: int, k: int, copy: dict, scales: str = "row") -> dict:
     """One GEMM cell: ours (the config dispatch picks on this device) against cuBLAS blockwise
     where it has a kernel; at M = 1 the weight read against a copy of as many bytes."""
     from .families.gemm import pick
+    from .ops._common import multiprocessors
 
-    dev = torch.device("cuda")
-    arch = device_arch(dev)
+    arch = device_arch(torch.device("cuda"))
     dtype = ops.gemm.fp8_dtype_of(arch)
 
     def inputs():
@@ -460,7 +460,7 @@ def _gemm_cell(m: int, n: int, k: int, copy: dict, scales: str = "row") -> dict:
     times = cell_us(makes, nbytes)
     (gus, us), (gcub, cub) = times[0], times[1] if peer else (None, None)
     flops = 2 * m * n * k
-    cfg = pick(arch, m, n, k, torch.cuda.get_device_properties(dev).multi_processor_count)
+    cfg = pick(arch, m, n, k, multiprocessors(a))   # as dispatch picks it
     row = dict(op="gemm", m=m, n=n, k=k, a_scales=scales, graph_us=gus, us=us,
                tflops=flops / gus / 1e6, cublas_graph_us=gcub, cublas_us=cub,
                cublas_tflops=flops / gcub / 1e6 if gcub else None,
