@@ -6,7 +6,7 @@ processes, so that clock and power drift falls on both alike.
 
 CELL is MxNxK:kernel:BMxBN, then any of sS (stages), kK (split-K), cC (cluster); for example
 1024x24576x1536:tma:128x128:s4 or 1x7168x2048:mma:8x16:k4. The old tree is `git archive`d into
-a temporary folder; each tree JIT-builds its own configs into a cache of its own before the
+a temporary folder (or --old names a folder that holds it, where there is no git history); each tree JIT-builds its own configs into a cache of its own before the
 timing starts. Prints old and new times (us) per round and old / new (below 1: new is slower).
 """
 from __future__ import annotations
@@ -66,7 +66,7 @@ def worker(label: str, cells: list[str]) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--old", help="the git revision to compare against")
+    ap.add_argument("--old", help="the git revision (or a folder holding its tree) to compare against")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("cells", nargs="+")
@@ -83,11 +83,14 @@ def main(argv=None) -> int:
         ap.error("--old: the revision to compare against")
     times: dict[str, dict[str, list[float]]] = {c: {"old": [], "new": []} for c in args.cells}
     with tempfile.TemporaryDirectory() as tmp:
-        old = Path(tmp) / "old"
-        old.mkdir()
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.old, "codegen",
-                                  "templates", "pyproject.toml"], capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+        old = Path(args.old).resolve()
+        if not old.is_dir():
+            old = Path(tmp) / "old"
+            old.mkdir()
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.old, "codegen",
+                                      "templates", "pyproject.toml"], capture_output=True,
+                                     check=True)
+            subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
         for _ in range(args.rounds):
             for label, tree in (("old", old), ("new", ROOT)):
                 env = dict(os.environ, PYTHONPATH=str(tree),
