@@ -6,8 +6,9 @@ processes, so that clock and power drift falls on both alike.
 
 CELL is MxNxK:kernel:BMxBN, then any of sS (stages), kK (split-K), cC (cluster); for example
 1024x24576x1536:tma:128x128:s4 or 1x7168x2048:mma:8x16:k4. The old tree is `git archive`d into
-a temporary folder (or --old names a folder that holds it, where there is no git history); each tree JIT-builds its own configs into a cache of its own before the
-timing starts. Prints old and new times (us) per round and old / new (below 1: new is slower).
+a temporary folder, or --old names a folder that holds it (where there is no git history). Each
+tree JIT-builds its own configs into a cache of its own before the timing starts. Prints old
+and new times (us) per round and old / new (below 1: new is slower).
 """
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def worker(label: str, cells: list[str]) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--old", help="the git revision (or a folder holding its tree) to compare against")
+    ap.add_argument("--old", help="the git revision, or a folder holding its tree, to compare "
+                    "against")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("cells", nargs="+")
