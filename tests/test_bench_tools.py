@@ -2,6 +2,8 @@
 import importlib
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -220,14 +222,40 @@ def test_gemm_scales_in_the_quant_ops_layouts():
         a_scales_as(sa, "col")
 
 
-def test_ab_gemm_reads_its_cells():
+def _ab_gemm():
     spec = importlib.util.spec_from_file_location("ab_gemm", ROOT / "tools" / "ab_gemm.py")
     ab = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ab)
+    return ab
+
+
+def test_ab_gemm_reads_its_cells():
+    ab = _ab_gemm()
     assert ab.parse_cell("1024x24576x1536:tma:128x128:s4:c2") == (
         (1024, 24576, 1536), dict(kernel="tma", block_m=128, block_n=128, stages=4, cluster=2))
     assert ab.parse_cell("1x7168x2048:mma:8x16:k4") == (
         (1, 7168, 2048), dict(kernel="mma", block_m=8, block_n=16, split_k=4))
     with pytest.raises(ValueError, match="MxNxK:kernel:BMxBN"):
         ab.parse_cell("1024x4096:tma:128x128")
+
+
+def test_ab_gemm_takes_the_old_tree_from_a_folder(tmp_path, monkeypatch, capsys):
+    """--old naming a folder runs the old workers there, with no git archive (a copy of the
+    tree without its history); each tree's worker gets its own PYTHONPATH and caches."""
+    ab = _ab_gemm()
+    calls = []
+
+    def run(cmd, env=None, **kw):
+        calls.append((cmd, env))
+        assert cmd[0] == sys.executable, f"only the workers may run, not {cmd[:2]}"
+        us = "10.0" if env["PYTHONPATH"] == str(tmp_path) else "8.0"
+        return subprocess.CompletedProcess(cmd, 0, stdout=f"ab {cmd[3]} 64x64x128:tma:64x64:s4 {us}\n",
+                                           stderr="")
+
+    monkeypatch.setattr(ab.subprocess, "run", run)
+    assert ab.main(["--old", str(tmp_path), "--rounds", "1", "64x64x128:tma:64x64:s4"]) == 0
+    paths = [env["PYTHONPATH"] for _, env in calls]
+    assert paths == [str(tmp_path), str(ab.ROOT)]
+    assert len({env["CODEGEN_CACHE_DIR"] for _, env in calls}) == 2
+    assert "| 64x64x128:tma:64x64:s4 | 10.0 | 8.0 | 1.250 |" in capsys.readouterr().out
 
