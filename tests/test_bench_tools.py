@@ -259,3 +259,37 @@ def test_ab_gemm_takes_the_old_tree_from_a_folder(tmp_path, monkeypatch, capsys)
     assert len({env["CODEGEN_CACHE_DIR"] for _, env in calls}) == 2
     assert "| 64x64x128:tma:64x64:s4 | 10.0 | 8.0 | 1.250 |" in capsys.readouterr().out
 
+
+
+def _power_gemm():
+    spec = importlib.util.spec_from_file_location("power_gemm", ROOT / "tools" / "power_gemm.py")
+    pg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pg)
+    return pg
+
+
+def test_power_gemm_reads_its_arguments():
+    pg = _power_gemm()
+    assert pg.parse_shapes("4096x7168x16384,1x2x3") == [(4096, 7168, 16384), (1, 2, 3)]
+    for bad in ("4096x7168", "0x1x1", "ax1x1"):
+        with pytest.raises(ValueError, match="MxNxK"):
+            pg.parse_shapes(bad)
+    assert pg.parse_contender("cublas") is None
+    assert pg.parse_contender("tma:128x128:s5:c2") == dict(kernel="tma", block_m=128,
+                                                           block_n=128, stages=5, cluster=2)
+    with pytest.raises(ValueError, match="contender 'tma:128'"):
+        pg.parse_contender("tma:128")
+    with pytest.raises(SystemExit):   # argparse names the bad shape before torch is imported
+        pg.main(["1x2", "cublas"])
+
+
+def test_power_gemm_takes_the_settled_samples():
+    pg = _power_gemm()
+    assert pg.parse_sample("1380, 692.13\n") == (1380.0, 692.13)
+    assert pg.parse_sample("[N/A], 692.13") is None and pg.parse_sample("") is None
+    samples = [(10.0, 1980.0, 300.0), (10.4, 1900.0, 500.0),   # the first 0.5 s: left out
+               (10.6, 1400.0, 690.0), (11.0, 1380.0, 692.0), (11.5, 1390.0, 694.0),
+               (13.0, 1700.0, 400.0)]                          # after the window
+    assert pg.window(samples, 10.0, 12.0) == (1390.0, 692.0)
+    clock, watts = pg.window(samples, 20.0, 21.0)
+    assert clock != clock and watts != watts   # nothing sampled: nan
