@@ -1,4 +1,7 @@
-"""Every environment variable the project reads, typed and documented in one place."""
+"""The environment variables that choose folders, toolchains and build limits, typed and
+documented in one place. The others stay beside their one reader: CODEGEN_FASTCALL in
+ops/_fast.py, the bench's peers in peers.py, CODEGEN_PDL in the CUDA modules and
+CODEGEN_REQUIRE_ISA in the tests."""
 from __future__ import annotations
 
 import os
@@ -71,11 +74,6 @@ def lock_timeout() -> float:
     """CODEGEN_LOCK_TIMEOUT: seconds to wait for a build lock another process holds before
     giving up with its holder named (default 600); the wait is reported after 5 s."""
     return _positive("CODEGEN_LOCK_TIMEOUT", "seconds", float) or 600.0
-
-
-def verbose() -> bool:
-    """CODEGEN_VERBOSE=1: print compiler commands and JIT cache decisions."""
-    return os.environ.get("CODEGEN_VERBOSE", "0") not in ("", "0")
 
 
 def amd_emulator() -> Path | None:
