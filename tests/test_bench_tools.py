@@ -222,11 +222,15 @@ def test_gemm_scales_in_the_quant_ops_layouts():
         a_scales_as(sa, "col")
 
 
+def _tool(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _ab_gemm():
-    spec = importlib.util.spec_from_file_location("ab_gemm", ROOT / "tools" / "ab_gemm.py")
-    ab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ab)
-    return ab
+    return _tool("ab_gemm")
 
 
 def test_ab_gemm_reads_its_cells():
@@ -261,15 +265,8 @@ def test_ab_gemm_takes_the_old_tree_from_a_folder(tmp_path, monkeypatch, capsys)
 
 
 
-def _power_gemm():
-    spec = importlib.util.spec_from_file_location("power_gemm", ROOT / "tools" / "power_gemm.py")
-    pg = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pg)
-    return pg
-
-
 def test_power_gemm_reads_its_arguments():
-    pg = _power_gemm()
+    pg = _tool("power_gemm")
     assert pg.parse_shapes("4096x7168x16384,1x2x3") == [(4096, 7168, 16384), (1, 2, 3)]
     for bad in ("4096x7168", "0x1x1", "ax1x1"):
         with pytest.raises(ValueError, match="MxNxK"):
@@ -284,7 +281,7 @@ def test_power_gemm_reads_its_arguments():
 
 
 def test_power_gemm_takes_the_settled_samples():
-    pg = _power_gemm()
+    pg = _tool("power_gemm")
     assert pg.parse_sample("1380, 692.13\n") == (1380.0, 692.13)
     assert pg.parse_sample("[N/A], 692.13") is None and pg.parse_sample("") is None
     samples = [(10.0, 1980.0, 300.0), (10.4, 1900.0, 500.0),   # the first 0.5 s: left out

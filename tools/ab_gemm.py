@@ -13,6 +13,7 @@ and new times (us) per round and old / new (below 1: new is slower).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import statistics
@@ -36,6 +37,17 @@ def parse_cell(cell: str) -> tuple[tuple[int, int, int], dict]:
     return (int(m), int(n), int(k)), dict(kernel=kernel, block_m=int(bm), block_n=int(bn), **kw)
 
 
+def gemm_inputs(m: int, n: int, k: int, dtype):
+    """Random operands of the given FP8 dtype and their 1 x 128 / 128 x 128 scales, on the GPU."""
+    import torch
+
+    a = torch.randn(m, k, device="cuda").to(dtype)
+    sa = torch.rand(m, -(-k // 128), device="cuda") + 0.5
+    b = torch.randn(n, k, device="cuda").to(dtype)
+    sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
+    return a, sa, b, sb
+
+
 def worker(label: str, cells: list[str]) -> None:
     """Runs inside one tree: build every cell's config side by side, then time each."""
     import torch
@@ -53,13 +65,8 @@ def worker(label: str, cells: list[str]) -> None:
     parsed = [(shape, fam.config(**kw)) for shape, kw in map(parse_cell, cells)]
     compile_all(arch, [cfg for _, cfg in parsed])
     for cell, ((m, n, k), cfg) in zip(cells, parsed):
-        def inputs():
-            a = torch.randn(m, k, device="cuda").to(dtype)
-            sa = torch.rand(m, -(-k // 128), device="cuda") + 0.5
-            b = torch.randn(n, k, device="cuda").to(dtype)
-            sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
-            return a, sa, b, sb
-        (us,) = graphs_us([lambda: (lambda t=inputs(): gemm_with_config(*t, cfg))],
+        (us,) = graphs_us([lambda: functools.partial(gemm_with_config,
+                                                      *gemm_inputs(m, n, k, dtype), cfg)],
                           m * k + n * k + 2 * m * n)
         print(f"ab {label} {cell} {us:.3f}", flush=True)
 

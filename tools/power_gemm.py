@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
-from ab_gemm import parse_cell  # noqa: E402
+from ab_gemm import gemm_inputs, parse_cell  # noqa: E402
 
 SKIP_S = 0.5   # the clock settles after a contender starts
 
@@ -110,16 +110,9 @@ def main(argv=None) -> int:
           "|---|---|---|---|---|---|---|")
     try:
         for m, n, k in shapes:
-            def inputs():
-                a = torch.randn(m, k, device="cuda").to(dtype)
-                sa = torch.rand(m, -(-k // 128), device="cuda") + 0.5
-                b = torch.randn(n, k, device="cuda").to(dtype)
-                sb = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
-                return a, sa, b, sb
-
             for name, kw in contenders.items():
                 def make(kw=kw):
-                    t = inputs()
+                    t = gemm_inputs(m, n, k, dtype)
                     if kw is None:
                         fn = _cublas_blockwise(*t)
                         if fn is None:
