@@ -38,7 +38,8 @@ def parse_cell(cell: str) -> tuple[tuple[int, int, int], dict]:
 
 
 def gemm_inputs(m: int, n: int, k: int, dtype):
-    """Random operands of the given FP8 dtype and their 1 x 128 / 128 x 128 scales, on the GPU."""
+    """Random operands of the given FP8 dtype and their 1 x 128 / 128 x 128 scales, on the GPU.
+    Kept here, not taken from codegen.bench: the worker also runs in older trees."""
     import torch
 
     a = torch.randn(m, k, device="cuda").to(dtype)
