@@ -51,6 +51,16 @@ def test_cycles_per_k_block():
     assert fast_reads.lds_cycles == (32 * 64 / 64 + 16 * 64 / 32) / 2
 
 
+def test_gfx12_waits_issue_nothing():
+    # gfx12 names its waits s_wait_loadcnt, s_wait_dscnt, s_wait_alu, ...; like s_waitcnt they
+    # add no issue cycles, and s_barrier_signal / s_barrier_wait none either
+    gfx12 = ASM.replace("s_waitcnt lgkmcnt(0)", "s_wait_dscnt 0x0\n\ts_wait_alu 0xfffd\n\t"
+                        "s_wait_loadcnt 0x0\n\ts_barrier_signal -1\n\ts_barrier_wait -1")
+    cycles = {"v_mfma_f32_16x16x32_fp8_fp8": 16}
+    assert "s_wait_alu" in loop_bodies(gfx12)["BB0_1"][1]
+    assert estimate(gfx12, cycles, 1, 64, (32, 32)) == estimate(ASM, cycles, 1, 64, (32, 32))
+
+
 def test_predicted_cycles_counts_rounds_and_waves():
     # 4 x 4 blocks of 1 wave, 2 CUs of 4 SIMDs holding 8 blocks each: 16 blocks in one round,
     # 2 waves per SIMD, each 2 K blocks of 10 cycles

@@ -26,7 +26,9 @@ _MEMBER = re.compile(r"in Loop: Header=(BB\d+_\d+) Depth=(\d+)")
 _LDS_BYTES = {"b128": 16, "b96": 12, "b64": 8, "b32": 4, "u16": 2, "i16": 2, "b16": 2, "u8": 1,
               "i8": 1, "b8": 1}
 _LDS_WRITES = ("ds_write", "ds_store")
-_NO_ISSUE = ("s_waitcnt", "s_barrier", "s_nop", "s_setprio", "s_sleep", "s_delay_alu")
+# waits and scheduling hints; gfx12 splits s_waitcnt into s_wait_loadcnt, s_wait_dscnt, ... and
+# s_wait_alu (the dependency-counter wait)
+_NO_ISSUE = ("s_waitcnt", "s_wait_", "s_barrier", "s_nop", "s_setprio", "s_sleep", "s_delay_alu")
 
 
 @dataclass(frozen=True)
