@@ -444,6 +444,19 @@ def test_emu_gemm_dispatch(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_emu_gemm_lds_k_paths(arch):
+    """The lds kernel's K loop runs whole K blocks without the K test and peels the last whole
+    block and a tail: K below one block, K of whole blocks only, and whole blocks and a tail."""
+    from codegen.ops.gemm import gemm_with_config
+
+    on(arch)
+    c = gemm_family.config("lds", 64, 64, stages=2)
+    for k in (112, 256, 400):
+        a, sa, b, sb = gemm_inputs(arch, 67, 72, k)
+        check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_emu_gemm_configs(arch):
     """Every config the build compiles and the swap / split-K forms, on tails in M, N and K,
     with column-major (TMA-padded) activation scales."""
@@ -779,7 +792,7 @@ def test_emu_gap_mfma_32x32_accumulators(arch, atom):
 
 @pytest.mark.parametrize("arch,c,shape", [
     ("gfx950", gemm_family.config("lds", 128, 128, stages=2, atom="16x16x128",
-                                  wave_tile="w64x64"), (67, 72, 144)),
+                                  wave_tile="w64x64"), (67, 72, 272)),
     ("gfx942", gemm_family.config("mma", 64, 64), (67, 136, 272))],
     ids=["gfx950-16x16x128", "gfx942-16x16x32"])
 def test_emu_gap_mfma_acc_ab(arch, c, shape):
@@ -812,3 +825,18 @@ def test_emu_gap_mfma_x2_decode_gfx950():
         out = gemm_with_config(a, sa, b, sb, c)
     err = rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb))
     assert not err < 0.5            # NaN (never written) counts as wrong too
+
+
+def test_emu_gap_mfma_x2_decode_any_instruction_before():
+    """The same match took any 8 bytes before an f8f6f4 MFMA as the scale word: here
+    v_pk_fma_f32 v[0:1], v[2:3], v[4:5], v[6:7], then v_mfma_f32_16x16x128_f8f6f4 v[0:3],
+    v[4:11], v[12:19], 0 (llvm-mc's gfx950 encodings). The fix decodes the first as itself."""
+    from codegen.emu import gaps
+
+    tinygrad_emu = emu.emulator()
+    code = bytes([0x00, 0x40, 0xb0, 0xd3, 0x02, 0x09, 0x1a, 0x1c,
+                  0x00, 0x00, 0xad, 0xd3, 0x04, 0x19, 0x02, 0x02])
+    inst = tinygrad_emu.decode_inst(code, "cdna")
+    assert type(inst).__name__ == "VOP3P" and inst.op.name == "V_PK_FMA_F32", inst
+    with gaps.disabled("mfma_x2_decode"):
+        assert type(tinygrad_emu.decode_inst(code, "cdna")).__name__ == "VOP3PX2"

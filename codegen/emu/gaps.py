@@ -432,9 +432,10 @@ def _mfma(original):
 # ---- CDNA4 scaled MFMA decoding ----
 # A scaled MFMA (VOP3PX2) is two 64-bit words: V_MFMA_LD_SCALE_B32 (VOP3P opcode 44, the scale
 # operands) followed by the MFMA. The emulator recognises the pair by the second word alone, so
-# an unscaled V_MFMA_F32_16X16X128_F8F6F4 (opcode 45) directly followed by another one decodes as
-# one scaled instruction, and the second MFMA never runs. We take the pair only when the first
-# word is V_MFMA_LD_SCALE_B32.
+# whatever 8 bytes come right before an f8f6f4 MFMA (another unscaled one, a V_PK_FMA_F32, two
+# 32-bit instructions) decode as one scaled instruction: they never run, nor does the MFMA. We
+# take the pair only when the first word is V_MFMA_LD_SCALE_B32, and otherwise decode what is
+# there by the emulator's other formats.
 _LD_SCALE_WORD = (0b110100111 << 7) | 44      # bits 31:16 of V_MFMA_LD_SCALE_B32
 
 
@@ -447,9 +448,10 @@ def _decode(original):
         inst = original(data, arch)
         if (on("mfma_x2_decode") and type(inst).__name__ == "VOP3PX2"
                 and int.from_bytes(data[:4], "little") >> 16 != _LD_SCALE_WORD):
-            from tinygrad.runtime.autogen.amd.cdna import ins
+            from tinygrad.renderer import amd
 
-            return ins.VOP3P_MFMA.from_bytes(data)
+            return next(cls for cls in amd._load_formats()[arch] if cls is not type(inst)
+                        and amd._matches(data, cls)).from_bytes(data)
         return inst
     return decode_inst
 
