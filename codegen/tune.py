@@ -102,6 +102,28 @@ def estimates(arch: str, cands: list[dict]) -> dict[int, tuple]:
     return out
 
 
+def print_estimates(arch: str, cands: list[dict]) -> None:
+    """Each AMD candidate's static K-loop estimate and registers, from its assembly alone (the
+    offline toolchain is enough: no GPU, no ROCm)."""
+    from .build.jit import compile_variant
+    from .build.resources import from_amdgpu_asm
+
+    fp8 = get_target(arch).fp8_formats[0].token
+    variants = [make_variant(fam.FAMILY, arch, fp8=fp8, **c) for c in cands]
+    with ThreadPoolExecutor(16) as pool:
+        dirs = list(pool.map(compile_variant, variants))
+    print(f"{'variant':66} {'VGPRs':>5} {'spill':>5} {'matrix':>6} {'issue':>6} {'LDS':>6}  "
+          f"bound (matrix share)")
+    for v, d in zip(variants, dirs):
+        asm = d / f"{v.uri}.s"
+        est = fam.loop_estimate(v, asm.read_text())
+        if est is not None:
+            res = from_amdgpu_asm(asm)
+            print(f"{v.uri:66} {res['vgpr_count']:5} {res['spill_count']:5} "
+                  f"{est.matrix_cycles:6.0f} {est.issue_cycles:6.0f} {est.lds_cycles:6.0f}  "
+                  f"{est.bound} ({est.matrix_fraction:.2f})")
+
+
 def best_first(cands: list[dict], est: dict[int, tuple], m: int, n: int, k: int, cus: int,
                simds: int) -> list[int]:
     """Candidate indices, those with an estimate first by predicted time, then the others."""
@@ -167,16 +189,29 @@ def main(argv=None) -> int:
                     help="the layout of A's scales the candidates are timed with: your engine's "
                     "(col_tma: column-major in 16-byte aligned columns, as DeepGEMM takes them)")
     ap.add_argument("--out", help="table path (default: the repo's table for this arch)")
+    ap.add_argument("--estimates", metavar="ARCH", help="print each candidate's static K-loop "
+                    "estimate on this AMD arch (cycles per wave and K block) and stop: no GPU")
     args = ap.parse_args(argv)
     from .ops.gemm import gemm_with_config
 
-    arch = native_arch()
+    if args.estimates:
+        try:
+            t = get_target(args.estimates)
+        except ValueError as e:
+            ap.error(f"--estimates: {e}")
+        if not (t.is_hip and t.fp8_formats):
+            ap.error(f"--estimates: {args.estimates} is not an AMD arch with FP8 matrix "
+                     f"instructions")
+    arch = args.estimates or native_arch()
     target = get_target(arch)
     fp8 = target.fp8_formats[0]
     dtype = getattr(torch, fp8.torch_dtype)
     cands = candidates(arch)
     if args.kernels:
         cands = [c for c in cands if c["kernel"] in args.kernels.split(",")]
+    if args.estimates:
+        print_estimates(arch, cands)
+        return 0
     ms = ([int(m) for m in args.ms.split(",")] if args.ms else
           [1, 16, 64, 1024, 4096] if args.quick else MS)
     t0 = time.time()

@@ -1,5 +1,7 @@
 """The static K-loop estimate (codegen/build/estimate.py) on hand-written assembly, and the
 tuner's best-first order built on it. The real kernels' estimates: tests/test_isa.py."""
+import pytest
+
 from codegen.build.estimate import estimate, loop_bodies, predicted_cycles
 from codegen.targets import get_target
 from codegen.tune import best_first
@@ -86,3 +88,13 @@ def test_best_first_puts_estimated_candidates_first_by_prediction():
     cands = [dict(block_m=m, block_n=64, split_k=1) for m in (32, 64, 128)]
     est = {0: (100.0, 4, 2), 2: (90.0, 4, 2)}      # no estimate for candidate 1
     assert best_first(cands, est, 128, 256, 1024, cus=8, simds=4) == [2, 0, 1]
+
+
+def test_tuner_estimates_name_a_bad_arch(capsys):
+    from codegen import tune
+
+    for arch, why in (("gfx9999", "unknown arch"), ("sm_90a", "not an AMD arch"),
+                      ("gfx1100", "not an AMD arch with FP8")):
+        with pytest.raises(SystemExit) as e:
+            tune.main(["--estimates", arch])
+        assert e.value.code == 2 and why in capsys.readouterr().err, arch

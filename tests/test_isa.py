@@ -277,3 +277,20 @@ def test_precompiled_header_changes_no_instruction(generated, cache_dir):
     body = lambda p: [ln for ln in p.read_text().splitlines() if "__hip_cuid" not in ln]
     for v in firsts.values():
         assert body(d / f"{v.uri}.s") == body(compile_variant(v) / f"{v.uri}.s"), v.uri
+
+
+def test_tuner_prints_estimates_without_a_gpu(cache_dir, capsys):
+    """`python -m codegen.tune --estimates ARCH`: every candidate's K-loop estimate from its
+    assembly, the bound being the largest of the three cycle counts."""
+    from codegen import tune
+
+    assert tune.main(["--estimates", "gfx1201", "--kernels", "lds"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    lds = [c for c in tune.candidates("gfx1201") if c["kernel"] == "lds"]
+    assert len(rows) == len(lds) > 0
+    for row in rows:
+        uri, vgprs, spill, *cycles, bound, share = row.split()
+        assert "_lds_" in uri and int(vgprs) > 0 and int(spill) == 0
+        cycles = dict(zip(("matrix", "issue", "lds"), map(float, cycles)))
+        assert cycles[bound] == max(cycles.values())
+        assert float(share.strip("()")) == round(cycles["matrix"] / cycles[bound], 2)
