@@ -369,6 +369,18 @@ def test_lds_stage_accesses_spread_over_the_banks(arch, atom_value):
 
 
 @pytest.mark.parametrize("name", sorted(ATOMS))
+def test_accumulator_offsets_are_the_same_in_every_lane(name):
+    """The lds kernel stores accumulator i of every lane at one lane address (accumulator 0's)
+    plus a row and column offset that it takes to be uniform."""
+    atom = ATOMS[name]
+    for cr, cc in atom.c:
+        offsets = {(evaluate(cr, lane) - evaluate(atom.c[0][0], lane),
+                    evaluate(cc, lane) - evaluate(atom.c[0][1], lane))
+                   for lane in range(atom.wave)}
+        assert len(offsets) == 1, (cr, cc, offsets)
+
+
+@pytest.mark.parametrize("name", sorted(ATOMS))
 def test_documented_layouts_are_bijections(name):
     """Each document's layout puts every element in exactly one (lane, slot)."""
     atom = ATOMS[name]
