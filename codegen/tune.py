@@ -76,6 +76,30 @@ def compile_all(arch: str, cands: list[dict]) -> None:
         list(pool.map(lambda c: module_path(make_variant(fam.FAMILY, arch, fp8=fp8, **c)), cands))
 
 
+def without_spills(arch: str, cands: list[dict]) -> list[dict]:
+    """AMD: the candidates whose assembly neither spills nor uses scratch (a compile that does is
+    never a fast one, and every build this project ships has none). sm_90a's candidates are
+    checked for spills by tests/test_sass.py."""
+    target = get_target(arch)
+    if not target.is_hip:
+        return cands
+    from .build.jit import compile_variant
+    from .build.resources import from_amdgpu_asm
+
+    fp8 = target.fp8_formats[0].token
+    variants = [make_variant(fam.FAMILY, arch, fp8=fp8, **c) for c in cands]
+    with ThreadPoolExecutor(16) as pool:
+        dirs = list(pool.map(compile_variant, variants))
+    clean = []
+    for c, v, d in zip(cands, variants, dirs):
+        res = from_amdgpu_asm(d / f"{v.uri}.s")
+        if res["spill_count"] or res["scratch_bytes"]:
+            print(f"{v.uri}: {res['spill_count']} registers spilled; left out", file=sys.stderr)
+        else:
+            clean.append(c)
+    return clean
+
+
 def estimates(arch: str, cands: list[dict]) -> dict[int, tuple]:
     """AMD: candidate index -> (K-loop cycles per wave and K block, waves per block, blocks
     per CU) from each compiled variant's assembly (codegen/build/estimate.py); {} elsewhere or
@@ -217,6 +241,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     compile_all(arch, cands)
     print(f"compiled {len(cands)} candidates in {time.time() - t0:.1f} s", file=sys.stderr)
+    cands = without_spills(arch, cands)
     est = estimates(arch, cands)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     entries = []

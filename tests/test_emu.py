@@ -468,13 +468,14 @@ def test_emu_gemm_configs(arch):
 @pytest.mark.emu_sweep
 @pytest.mark.parametrize("arch", ARCHS)
 def test_emu_gemm_tuner_candidates(arch):
-    """Every config `python -m codegen.tune` may time on arch, once on a tail in M, N and K with
-    column-major (TMA-padded) activation scales (make test-emu-sweep: about 350 configs)."""
+    """Every config `python -m codegen.tune` may time on arch (those that do not spill), once on
+    a tail in M, N and K with column-major (TMA-padded) activation scales (make
+    test-emu-sweep: about 350 configs)."""
     on(arch)
     from codegen import tune
 
     failed = []
-    for c in tune.candidates(arch):
+    for c in tune.without_spills(arch, tune.candidates(arch)):
         try:
             check_config_on_tail(arch, c)
         except Exception as e:     # a wrong result, or the emulator stopping
@@ -806,6 +807,22 @@ def test_emu_gap_mfma_acc_ab(arch, c, shape):
     a, sa, b, sb = gemm_inputs(arch, *shape)
     check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
     with gaps.disabled("mfma_acc_ab"):
+        out = gemm_with_config(a, sa, b, sb, c)
+    assert not rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) < 0.5   # NaN: wrong
+
+
+def test_emu_gap_ds_acc_data_gfx942():
+    """The 128 x 128 lds tile in 64 x 64 wave tiles (284 registers) stages pieces from AGPRs
+    (`ds_write_b128 v29, a[0:3]`, the DS ACC bit); the emulator stored the VGPRs of those
+    numbers instead."""
+    from codegen.emu import gaps
+    from codegen.ops.gemm import gemm_with_config
+
+    on("gfx942")
+    c = gemm_family.config("lds", 128, 128, stages=2, wave_tile="w64x64")
+    a, sa, b, sb = gemm_inputs("gfx942", 67, 72, 272)
+    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
+    with gaps.disabled("ds_acc_data"):
         out = gemm_with_config(a, sa, b, sb, c)
     assert not rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) < 0.5   # NaN: wrong
 

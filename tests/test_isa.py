@@ -294,3 +294,21 @@ def test_tuner_prints_estimates_without_a_gpu(cache_dir, capsys):
         cycles = dict(zip(("matrix", "issue", "lds"), map(float, cycles)))
         assert cycles[bound] == max(cycles.values())
         assert float(share.strip("()")) == round(cycles["matrix"] / cycles[bound], 2)
+
+
+def test_tuner_leaves_out_candidates_that_spill(cache_dir, monkeypatch, capsys):
+    """The tuner (and the emulator sweep) time only AMD candidates whose assembly has no spill
+    and no scratch; sm_90a's are left as they are (test_sass checks them)."""
+    from codegen import tune
+    from codegen.build import resources
+
+    cands = [c for c in tune.candidates("gfx1201") if c["kernel"] == "lds"][:3]
+    real = resources.from_amdgpu_asm
+    spilled = lambda path: {**real(path), "spill_count": 3} if "_m64_n64_" in path.name \
+        else real(path)
+    monkeypatch.setattr(resources, "from_amdgpu_asm", spilled)
+    kept = tune.without_spills("gfx1201", cands)
+    assert kept == [c for c in cands if (c["block_m"], c["block_n"]) != (64, 64)]
+    assert len(kept) < len(cands) and "3 registers spilled; left out" in capsys.readouterr().err
+    sm90 = tune.candidates("sm_90a")[:2]
+    assert tune.without_spills("sm_90a", sm90) == sm90

@@ -10,7 +10,7 @@ import functools
 
 FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "fp8_dot4", "wmma_fp8", "mfma_32x32_out",
          "mfma_acc_ab", "mfma_x2_decode", "global_inv", "float_denorm", "lds_inactive_lanes",
-         "dpp_in_place", "permlane16_select", "permlane_swap")
+         "dpp_in_place", "permlane16_select", "permlane_swap", "ds_acc_data")
 _off: set[str] = set()
 _emu = None
 _state = {"format": "ocp", "ftz": True}
@@ -510,6 +510,43 @@ def _active_lane_addresses(ctx, inst):
     return _RegisterView(ctx, addr, read)
 
 
+# ---- DS stores from AGPRs ----
+# CDNA3 ISA, DS instructions: ACC (bit 25) "return to / source from accumulation VGPRs" — with
+# it set, the data operands name AGPRs. The emulator's global and flat paths honour the bit; its
+# DS path reads DATA with the VGPR reader whatever the bit says. Tiles over 256 registers make
+# the compiler stage A and B pieces from AGPRs (`ds_write_b128 v29, a[0:3]`), which then stored
+# whatever the VGPRs of those numbers held.
+
+class _AccDataView:
+    """An instruction context whose reads of the given register expressions (the DS data
+    operands) go to the AGPRs."""
+    __slots__ = ("_ctx", "_regs")
+
+    def __init__(self, ctx, regs):
+        self._ctx, self._regs = ctx, regs
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def rvgpr_dyn(self, reg, lane, valid=None):
+        if any(reg is r for r in self._regs):
+            return self._ctx.raccvgpr_dyn(reg, lane, valid)
+        return self._ctx.rvgpr_dyn(reg, lane, valid)
+
+
+def _ds_data_from_agprs(ctx, inst):
+    """ctx with a DS instruction's data operands (DATA0, DATA1 and the dwords after them, built
+    as the emulator builds them) read from the AGPRs."""
+    from tinygrad.uop.ops import UOp
+
+    kind = type(inst)
+    regs = []
+    for field in (kind.data0, kind.data1):
+        base = ctx.inst_field(field)
+        regs += [base, *(base + UOp.const(i, base.dtype) for i in range(1, 4))]
+    return _AccDataView(ctx, regs)
+
+
 # ---- DPP whose destination is its source ----
 # AMD ISA documents on DPP: the instruction reads every lane's shifted source before it writes
 # any lane, so `v_add_f32_dpp v1, v1, v1 quad_perm:[2,3,0,1]` adds the values v1 held before it.
@@ -544,6 +581,9 @@ def _mem_op(original):
         if on("global_inv") and name in _CACHE_OPS:
             return UOp.sink(*ctx.inc_pc())
         # (not the lane-exchange forms, whose ADDR names another lane's register, not LDS)
+        if (on("ds_acc_data") and name.startswith("DS_") and "acc" in type(inst).__dict__
+                and int(_emu._iattr(inst, "acc"))):
+            ctx = _ds_data_from_agprs(ctx, inst)
         if on("lds_inactive_lanes") and name.startswith("DS_") and not any(
                 x in name for x in ("PERMUTE", "SWIZZLE")):
             return original(inst, _active_lane_addresses(ctx, inst))
