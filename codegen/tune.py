@@ -24,7 +24,7 @@ from . import reference
 from .bench import a_scales_as, graph_us, graphs_us, input_sets
 from .build import module_path
 from .families import gemm as fam
-from .spec import make_variant, validate
+from .spec import Variant, make_variant, validate
 from .targets import get_target, native_arch
 
 MS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
@@ -76,23 +76,29 @@ def compile_all(arch: str, cands: list[dict]) -> None:
         list(pool.map(lambda c: module_path(make_variant(fam.FAMILY, arch, fp8=fp8, **c)), cands))
 
 
+def assemblies(arch: str, cands: list[dict]) -> list[tuple[dict, Variant, Path]]:
+    """(config, variant, assembly) of each AMD candidate, compiled side by side into the JIT
+    cache; the offline toolchain is enough (no GPU, no ROCm)."""
+    from .build.jit import compile_variant
+
+    fp8 = get_target(arch).fp8_formats[0].token
+    variants = [make_variant(fam.FAMILY, arch, fp8=fp8, **c) for c in cands]
+    with ThreadPoolExecutor(16) as pool:
+        dirs = list(pool.map(compile_variant, variants))
+    return [(c, v, d / f"{v.uri}.s") for c, v, d in zip(cands, variants, dirs)]
+
+
 def without_spills(arch: str, cands: list[dict]) -> list[dict]:
     """AMD: the candidates whose assembly neither spills nor uses scratch (a compile that does is
     never a fast one, and every build this project ships has none). sm_90a's candidates are
     checked for spills by tests/test_sass.py."""
-    target = get_target(arch)
-    if not target.is_hip:
+    if not get_target(arch).is_hip:
         return cands
-    from .build.jit import compile_variant
     from .build.resources import from_amdgpu_asm
 
-    fp8 = target.fp8_formats[0].token
-    variants = [make_variant(fam.FAMILY, arch, fp8=fp8, **c) for c in cands]
-    with ThreadPoolExecutor(16) as pool:
-        dirs = list(pool.map(compile_variant, variants))
     clean = []
-    for c, v, d in zip(cands, variants, dirs):
-        res = from_amdgpu_asm(d / f"{v.uri}.s")
+    for c, v, asm in assemblies(arch, cands):
+        res = from_amdgpu_asm(asm)
         if res["spill_count"] or res["scratch_bytes"]:
             print(f"{v.uri}: {res['spill_count']} registers spilled; left out", file=sys.stderr)
         else:
@@ -127,19 +133,12 @@ def estimates(arch: str, cands: list[dict]) -> dict[int, tuple]:
 
 
 def print_estimates(arch: str, cands: list[dict]) -> None:
-    """Each AMD candidate's static K-loop estimate and registers, from its assembly alone (the
-    offline toolchain is enough: no GPU, no ROCm)."""
-    from .build.jit import compile_variant
+    """Each AMD candidate's static K-loop estimate and registers, from its assembly alone."""
     from .build.resources import from_amdgpu_asm
 
-    fp8 = get_target(arch).fp8_formats[0].token
-    variants = [make_variant(fam.FAMILY, arch, fp8=fp8, **c) for c in cands]
-    with ThreadPoolExecutor(16) as pool:
-        dirs = list(pool.map(compile_variant, variants))
     print(f"{'variant':66} {'VGPRs':>5} {'spill':>5} {'matrix':>6} {'issue':>6} {'LDS':>6}  "
           f"bound (matrix share)")
-    for v, d in zip(variants, dirs):
-        asm = d / f"{v.uri}.s"
+    for _, v, asm in assemblies(arch, cands):
         est = fam.loop_estimate(v, asm.read_text())
         if est is not None:
             res = from_amdgpu_asm(asm)

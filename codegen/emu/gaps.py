@@ -580,10 +580,10 @@ def _mem_op(original):
         name = getattr(inst.op, "name", "")
         if on("global_inv") and name in _CACHE_OPS:
             return UOp.sink(*ctx.inc_pc())
-        # (not the lane-exchange forms, whose ADDR names another lane's register, not LDS)
         if (on("ds_acc_data") and name.startswith("DS_") and "acc" in type(inst).__dict__
                 and int(_emu._iattr(inst, "acc"))):
             ctx = _ds_data_from_agprs(ctx, inst)
+        # (not the lane-exchange forms, whose ADDR names another lane's register, not LDS)
         if on("lds_inactive_lanes") and name.startswith("DS_") and not any(
                 x in name for x in ("PERMUTE", "SWIZZLE")):
             return original(inst, _active_lane_addresses(ctx, inst))
