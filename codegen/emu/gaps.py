@@ -485,29 +485,30 @@ def _rdna3_cache_op(data):
 
 
 class _RegisterView:
-    """An instruction context whose reads of one register field go through read(lane, valid)."""
-    __slots__ = ("_ctx", "_reg", "_read")
+    """An instruction context whose VGPR reads of the given register expressions go through
+    read(reg, lane, valid)."""
+    __slots__ = ("_ctx", "_regs", "_read")
 
-    def __init__(self, ctx, reg, read):
-        self._ctx, self._reg, self._read = ctx, reg, read
+    def __init__(self, ctx, regs, read):
+        self._ctx, self._regs, self._read = ctx, regs, read
 
     def __getattr__(self, name):
         return getattr(self._ctx, name)
 
     def rvgpr_dyn(self, reg, lane, valid=None):
-        if reg is not self._reg:
-            return self._ctx.rvgpr_dyn(reg, lane, valid)
-        return self._read(lane, valid)
+        if any(reg is r for r in self._regs):
+            return self._read(reg, lane, valid)
+        return self._ctx.rvgpr_dyn(reg, lane, valid)
 
 
 def _active_lane_addresses(ctx, inst):
     """ctx with the DS address register reading 0 for inactive lanes."""
     addr, exec_mask = ctx.inst_field(type(inst).addr), ctx.rexec()
 
-    def read(lane, valid):
-        value = ctx.rvgpr_dyn(addr, lane, valid)
+    def read(reg, lane, valid):
+        value = ctx.rvgpr_dyn(reg, lane, valid)
         return _emu._lane_active(exec_mask, lane).where(value, value.const_like(0))
-    return _RegisterView(ctx, addr, read)
+    return _RegisterView(ctx, (addr,), read)
 
 
 # ---- DS stores from AGPRs ----
@@ -516,23 +517,6 @@ def _active_lane_addresses(ctx, inst):
 # DS path reads DATA with the VGPR reader whatever the bit says. Tiles over 256 registers make
 # the compiler stage A and B pieces from AGPRs (`ds_write_b128 v29, a[0:3]`), which then stored
 # whatever the VGPRs of those numbers held.
-
-class _AccDataView:
-    """An instruction context whose reads of the given register expressions (the DS data
-    operands) go to the AGPRs."""
-    __slots__ = ("_ctx", "_regs")
-
-    def __init__(self, ctx, regs):
-        self._ctx, self._regs = ctx, regs
-
-    def __getattr__(self, name):
-        return getattr(self._ctx, name)
-
-    def rvgpr_dyn(self, reg, lane, valid=None):
-        if any(reg is r for r in self._regs):
-            return self._ctx.raccvgpr_dyn(reg, lane, valid)
-        return self._ctx.rvgpr_dyn(reg, lane, valid)
-
 
 def _ds_data_from_agprs(ctx, inst):
     """ctx with a DS instruction's data operands (DATA0, DATA1 and the dwords after them, built
@@ -544,7 +528,7 @@ def _ds_data_from_agprs(ctx, inst):
     for field in (kind.data0, kind.data1):
         base = ctx.inst_field(field)
         regs += [base, *(base + UOp.const(i, base.dtype) for i in range(1, 4))]
-    return _AccDataView(ctx, regs)
+    return _RegisterView(ctx, regs, ctx.raccvgpr_dyn)
 
 
 # ---- DPP whose destination is its source ----
@@ -570,7 +554,7 @@ def _dpp_source_copied(ctx, inst):
     """ctx with the DPP source register read from a copy taken before the instruction's writes."""
     src = ctx.inst_field(type(inst).vsrc0)
     copy = _lanes_copied(ctx, src)
-    return _RegisterView(ctx, src, lambda lane, valid: copy.index(lane).load())
+    return _RegisterView(ctx, (src,), lambda reg, lane, valid: copy.index(lane).load())
 
 
 def _mem_op(original):
