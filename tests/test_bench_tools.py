@@ -229,12 +229,8 @@ def _tool(name: str):
     return module
 
 
-def _ab_gemm():
-    return _tool("ab_gemm")
-
-
 def test_ab_gemm_reads_its_cells():
-    ab = _ab_gemm()
+    ab = _tool("ab_gemm")
     assert ab.parse_cell("1024x24576x1536:tma:128x128:s4:c2") == (
         (1024, 24576, 1536), dict(kernel="tma", block_m=128, block_n=128, stages=4, cluster=2))
     assert ab.parse_cell("1x7168x2048:mma:8x16:k4") == (
@@ -246,7 +242,7 @@ def test_ab_gemm_reads_its_cells():
 def test_ab_gemm_takes_the_old_tree_from_a_folder(tmp_path, monkeypatch, capsys):
     """--old naming a folder runs the old workers there, with no git archive (a copy of the
     tree without its history); each tree's worker gets its own PYTHONPATH and caches."""
-    ab = _ab_gemm()
+    ab = _tool("ab_gemm")
     calls = []
 
     def run(cmd, env=None, **kw):
@@ -262,7 +258,6 @@ def test_ab_gemm_takes_the_old_tree_from_a_folder(tmp_path, monkeypatch, capsys)
     assert paths == [str(tmp_path), str(ab.ROOT)]
     assert len({env["CODEGEN_CACHE_DIR"] for _, env in calls}) == 2
     assert "| 64x64x128:tma:64x64:s4 | 10.0 | 8.0 | 1.250 |" in capsys.readouterr().out
-
 
 
 def test_power_gemm_reads_its_arguments():
