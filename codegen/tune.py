@@ -238,9 +238,9 @@ def main(argv=None) -> int:
     ms = ([int(m) for m in args.ms.split(",")] if args.ms else
           [1, 16, 64, 1024, 4096] if args.quick else MS)
     t0 = time.time()
+    cands = without_spills(arch, cands)     # before the modules: a spilling one gets none
     compile_all(arch, cands)
     print(f"compiled {len(cands)} candidates in {time.time() - t0:.1f} s", file=sys.stderr)
-    cands = without_spills(arch, cands)
     est = estimates(arch, cands)
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     entries = []
