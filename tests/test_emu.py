@@ -827,6 +827,27 @@ def test_emu_gap_ds_acc_data_gfx942():
     assert not rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) < 0.5   # NaN: wrong
 
 
+def test_emu_gap_scratch_per_wave_gfx950():
+    """The 128 x 128 lds tile in 64 x 32 wave tiles on v_mfma_f32_32x32x16_fp8_fp8 spills 5
+    registers (the tuner leaves it out, a user may still ask for it): its 8 waves each keep
+    them in scratch across the K loop. The emulator gave the waves one scratch region, so each
+    reloaded the spills of the wave that ran last."""
+    from codegen import tune
+    from codegen.build.resources import from_amdgpu_asm
+    from codegen.emu import gaps
+    from codegen.ops.gemm import gemm_with_config
+
+    c = gemm_family.config("lds", 128, 128, stages=2, atom="32x32x16", wave_tile="w64x32")
+    [(_, _, asm)] = tune.assemblies("gfx950", [c])
+    assert from_amdgpu_asm(asm)["scratch_bytes"], "the config no longer spills: pick another"
+    on("gfx950")
+    a, sa, b, sb = gemm_inputs("gfx950", 67, 72, 272)
+    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
+    with gaps.disabled("scratch_per_wave"):
+        out = gemm_with_config(a, sa, b, sb, c)
+    assert not rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) < 0.5   # NaN: wrong
+
+
 def test_emu_gap_mfma_x2_decode_gfx950():
     """Two unscaled v_mfma_f32_16x16x128_f8f6f4 in a row: the emulator decoded the pair as one
     scaled MFMA (it matched VOP3PX2 by its second word only), so the second never ran and its

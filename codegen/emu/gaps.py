@@ -10,10 +10,10 @@ import functools
 
 FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "fp8_dot4", "wmma_fp8", "mfma_32x32_out",
          "mfma_acc_ab", "mfma_x2_decode", "global_inv", "float_denorm", "lds_inactive_lanes",
-         "dpp_in_place", "permlane16_select", "permlane_swap", "ds_acc_data")
+         "dpp_in_place", "permlane16_select", "permlane_swap", "ds_acc_data", "scratch_per_wave")
 _off: set[str] = set()
 _emu = None
-_state = {"format": "ocp", "ftz": True}
+_state = {"format": "ocp", "ftz": True, "scratch": 0}
 
 
 @contextlib.contextmanager
@@ -557,6 +557,58 @@ def _dpp_source_copied(ctx, inst):
     return _RegisterView(ctx, (src,), lambda reg, lane, valid: copy.index(lane).load())
 
 
+# ---- scratch per wave ----
+# CDNA3 and RDNA4 ISA documents, scratch instructions: they access private memory, a region of
+# its own for each work-item (the hardware gives each wave its own slot of the scratch ring). The
+# emulator kept one region for a wave's lanes per launch, addressed by the lane alone, so the
+# waves of a workgroup, run in turns between barriers, overwrote each other's spills. Each wave
+# now gets its own, at a base _init_wave puts in an SGPR-file slot no operand encoding names.
+_SCRATCH_BASE = 220
+
+
+def _run_asm(original):
+    def run_asm(lib, lib_sz, gx, gy, gz, lx, ly, lz, args_ptr, *rest, scratch_size=0, **kw):
+        if not (scratch_size and on("scratch_per_wave")):
+            return original(lib, lib_sz, gx, gy, gz, lx, ly, lz, args_ptr, *rest,
+                            scratch_size=scratch_size, **kw)
+        waves = -(-(lx * ly * lz) // _emu._wave_size(kw.get("arch", "rdna3")))
+        _state["scratch"] = scratch_size
+        try:   # a buffer of every wave's lanes; the stride stays scratch_size (below)
+            return original(lib, lib_sz, gx, gy, gz, lx, ly, lz, args_ptr, *rest,
+                            scratch_size=scratch_size * waves, **kw)
+        finally:
+            _state["scratch"] = 0
+    return run_asm
+
+
+def _init_wave(original):
+    def init_wave(lib, wave_start, *rest):
+        st = original(lib, wave_start, *rest)
+        if _state["scratch"]:
+            st._write_sgpr(_emu.SCRATCH_STRIDE_IDX, _state["scratch"])
+            st._write_sgpr(_SCRATCH_BASE, wave_start * _state["scratch"])
+        return st
+    return init_wave
+
+
+class _ScratchView:
+    """An instruction context whose scratch offset field adds the wave's base."""
+    __slots__ = ("_ctx", "_field")
+
+    def __init__(self, ctx, field):
+        self._ctx, self._field = ctx, field
+
+    def __getattr__(self, name):
+        return getattr(self._ctx, name)
+
+    def inst_field_signed(self, field):
+        value = self._ctx.inst_field_signed(field)
+        if field is not self._field:
+            return value
+        base = self._ctx.rsgpr_dyn(_u32(_SCRATCH_BASE))
+        return value + base.cast(value.dtype)
+
+
 def _mem_op(original):
     def compile_mem_op(inst, ctx):
         from tinygrad.uop.ops import UOp
@@ -567,6 +619,9 @@ def _mem_op(original):
         if (on("ds_acc_data") and name.startswith("DS_") and "acc" in type(inst).__dict__
                 and int(_emu._iattr(inst, "acc"))):
             ctx = _ds_data_from_agprs(ctx, inst)
+        if on("scratch_per_wave") and type(inst).__name__ in ("SCRATCH", "VSCRATCH"):
+            kind = type(inst)
+            ctx = _ScratchView(ctx, getattr(kind, "ioffset" if hasattr(kind, "ioffset") else "offset"))
         # (not the lane-exchange forms, whose ADDR names another lane's register, not LDS)
         if on("lds_inactive_lanes") and name.startswith("DS_") and not any(
                 x in name for x in ("PERMUTE", "SWIZZLE")):
@@ -639,4 +694,5 @@ def install(emu) -> None:
         elif handler is vop3p:
             emu._INST_HANDLERS[kind] = _vop3p(vop3p)
     emu._MXCSRContext = _FloatMode
+    emu.run_asm, emu._init_wave = _run_asm(emu.run_asm), _init_wave(emu._init_wave)
     _flush_runners()
