@@ -792,13 +792,13 @@ def test_emu_gap_mfma_32x32_accumulators(arch, atom):
 
 
 @pytest.mark.parametrize("arch,c,shape", [
-    ("gfx950", gemm_family.config("lds", 128, 128, stages=2, atom="16x16x128",
-                                  wave_tile="w64x64"), (67, 72, 272)),
+    ("gfx950", gemm_family.config("lds", 64, 64, stages=2, atom="32x32x64",
+                                  wave_tile="w64x32"), (67, 72, 272)),
     ("gfx942", gemm_family.config("mma", 64, 64), (67, 136, 272))],
-    ids=["gfx950-16x16x128", "gfx942-16x16x32"])
+    ids=["gfx950-32x32x64", "gfx942-16x16x32"])
 def test_emu_gap_mfma_acc_ab(arch, c, shape):
     """Tiles over 256 registers make the compiler feed MFMA operands from AGPRs (their ACC
-    bits): the 64 x 64 lds wave tile on v_mfma_f32_16x16x128_f8f6f4 (280 registers), a 64 x 64
+    bits): the 64 x 32 lds wave tile on v_mfma_f32_32x32x64_f8f6f4 (264 registers), a 64 x 64
     mma tile on v_mfma_f32_16x16x32_fp8_fp8 (280); the emulator read VGPRs there."""
     from codegen.emu import gaps
     from codegen.ops.gemm import gemm_with_config

@@ -143,14 +143,15 @@ def test_decode_pick_by_n_and_k(arch):
     assert max(waves.values()) >= 2 and fam.heuristic(arch, 1)["split_k"] == 4
 
 
-@pytest.mark.parametrize("arch,cus,wide", [("gfx942", 304, dict(atom="")),
-                                           ("gfx950", 256, dict(atom="16x16x128"))])
+@pytest.mark.parametrize("arch,cus,wide", [
+    ("gfx942", 304, dict(atom="", wave_tile="w64x32")),
+    ("gfx950", 256, dict(atom="16x16x128", wave_tile="w64x64"))])
 def test_cdna_tile_by_how_many_128_tiles_fill_the_cus(arch, cus, wide):
-    """CDNA past M = 16: 128 x 128 tiles in 64 x 32 wave tiles once they give every CU one,
-    else 64 x 64 (more blocks); the device's count decides, the target's largest part's without
-    one; RDNA keeps its tile."""
+    """CDNA past M = 16: 128 x 128 tiles (in the target's wave tiles) once they give every CU
+    one, else 64 x 64 (more blocks); the device's count decides, the target's largest part's
+    without one; RDNA keeps its tile."""
     assert get_target(arch).multiprocessors == cus
-    large = fam.config("lds", 128, 128, stages=2, wave_tile="w64x32", **wide)
+    large = fam.config("lds", 128, 128, stages=2, **wide)
     small = fam.config("lds", 64, 64, stages=2)
     at = {m: -(-cus // -(-m // 128)) * 128 for m in (128, 1024, 4096)}   # N where tiles = cus
     for m, n in at.items():

@@ -206,6 +206,18 @@ def test_gemm_isa(generated, arch):
             est[f"{b}_cycles"] for b in ("matrix", "issue", "lds")), (r["uri"], est)
 
 
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_cdna_large_tile_keeps_two_waves_a_simd(generated, arch):
+    """The 128 x 128 tile dispatch picks at large M on CDNA was chosen for two waves a SIMD
+    (gfx950's 64 x 64 wave tiles by two blocks a CU, at 254 of 256 registers): a compile that
+    takes more registers would halve that silently."""
+    _, manifest = generated(arch)
+    large = gemm_family.heuristic(arch, 8192)
+    (r,) = [r for r in rows(manifest, "gemm_a8w8_blockscale")
+            if all(r["params"][key] == value for key, value in large.items())]
+    assert r["occupancy"] >= 2, (r["uri"], r["vgpr_count"], r["occupancy"])
+
+
 def _gemv_isa(asm, r, arch):
     """The decode GEMM, 16-byte loads, per unrolled step 16 bytes of B and of each A row per
     lane: on gfx12 dotted as FP8 (v_dot4_f32_fp8_fp8, four bytes each, nothing decoded), on the

@@ -386,9 +386,9 @@ def k_refused(k: int) -> str | None:
             f"zero columns to {-(-k // 16) * 16}")
 
 
-# the instruction of CDNA's 128 x 128 tile where it is not the target's default (the
-# estimate's fastest K loop there)
-CDNA_WIDE_ATOM = {"gfx950": "16x16x128"}
+# CDNA's 128 x 128 tile: its instruction and wave tile where they are not the default
+# instruction in 64 x 32 wave tiles (the estimate's fastest K loop at two waves a SIMD)
+CDNA_LARGE_TILE = {"gfx950": dict(atom="16x16x128", wave_tile="w64x64")}
 
 
 def gemv_config(arch: str, split: int) -> dict:
@@ -432,18 +432,19 @@ def heuristic(arch: str, m: int, n: int | None = None, cus: int | None = None,
         return mma_config(arch, 16, 16, split_k=8)
     target = get_target(arch)
     if target.wave_size == 32:
-        # RDNA: 8 waves of 32 x 32 (not measured on a GPU yet; the estimate's best, 128 x 128,
-        # is 11-14% ahead by it: the tuner decides)
+        # RDNA: 8 waves of 32 x 32 (not measured on a GPU yet; by the estimate 64 x 64,
+        # 64 x 128 and 128 x 64 tie: the tuner decides)
         return config("lds", 128, 64, stages=2)
     # CDNA, as AMD's own tuned block-scale GEMMs for these layers pick (CK on MI300X / MI355X:
-    # 128 x 128 tiles at large M, 64 x 64 where those leave CUs idle) and the static estimate
-    # agrees: 1.29x (gfx942) and 1.43x (gfx950) the 128 x 64 tile's K loop for 128 x 128 in
-    # 64 x 32 wave tiles, which keeps two waves a SIMD to hide memory latency.
+    # 128 x 128 tiles at large M, 64 x 64 where those leave CUs idle), in wave tiles that keep
+    # two waves a SIMD to hide memory latency: gfx942 eight of 64 x 32; gfx950 four of 64 x 64
+    # on 16x16x128 (254 registers: two blocks a CU), whose K loop takes 0.8x the cycles of
+    # two 64 x 32 waves on a SIMD by the static estimate (those wait on LDS).
     tiles = -(-m // 128) * -(-(n or 1 << 30) // 128)
     if tiles < (cus or target.multiprocessors):
         return config("lds", 64, 64, stages=2)
-    return config("lds", 128, 128, stages=2, atom=CDNA_WIDE_ATOM.get(arch, ""),
-                  wave_tile="w64x32")
+    return config("lds", 128, 128, stages=2,
+                  **CDNA_LARGE_TILE.get(arch, dict(atom="", wave_tile="w64x32")))
 
 
 def default_configs(arch: str) -> list[dict]:
