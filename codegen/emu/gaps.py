@@ -621,7 +621,7 @@ def _mem_op(original):
             ctx = _ds_data_from_agprs(ctx, inst)
         if on("scratch_per_wave") and type(inst).__name__ in ("SCRATCH", "VSCRATCH"):
             kind = type(inst)
-            ctx = _ScratchView(ctx, getattr(kind, "ioffset" if hasattr(kind, "ioffset") else "offset"))
+            ctx = _ScratchView(ctx, getattr(kind, "ioffset", None) or kind.offset)
         # (not the lane-exchange forms, whose ADDR names another lane's register, not LDS)
         if on("lds_inactive_lanes") and name.startswith("DS_") and not any(
                 x in name for x in ("PERMUTE", "SWIZZLE")):
