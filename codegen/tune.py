@@ -51,8 +51,12 @@ def candidates(arch: str) -> list[dict]:
     cands += [{**cfg, "l2_first_pass": True} for cfg in cands if cfg["block_m"] <= 16]
     cands += [c("gemv", bm, bn, split_k=sk) for bm in (1, 2, 4) for bn in (1, 2, 4, 8)
               for sk in (1, 2, 4, 8)]
-    cands += [c("lds", bm, bn, stages=2, atom=a, wave_tile=w) for bm in (32, 64, 128)
-              for bn in (32, 64, 128) for a in ("", *fam.LARGE_ATOMS) for w in fam.LDS_WAVE_TILES]
+    # AMD's large-M kernel; on sm_90a the TMA and wgmma kernels own large M (the lds tiles
+    # never won a cell there, and spill a few registers)
+    if get_target(arch).is_hip:
+        cands += [c("lds", bm, bn, stages=2, atom=a, wave_tile=w) for bm in (32, 64, 128)
+                  for bn in (32, 64, 128) for a in ("", *fam.LARGE_ATOMS)
+                  for w in fam.LDS_WAVE_TILES]
     cands += [c("wgmma", bm, bn, stages=s) for bm in (64, 128) for bn in (64, 128)
               for s in (4, 5, 6)]
     cands += [c("tma", bm, bn, stages=s, cluster=cl) for bm in (64, 128) for bn in fam.TMA_WIDTHS
