@@ -791,6 +791,19 @@ def test_emu_gap_mfma_32x32_accumulators(arch, atom):
         assert_rows_misplaced(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
 
 
+def check_gap_shown(arch, c, shape, gap):
+    """Config c right on an M x N x K shape with every fix, wrong (or NaN) with `gap` off."""
+    from codegen.emu import gaps
+    from codegen.ops.gemm import gemm_with_config
+
+    on(arch)
+    a, sa, b, sb = gemm_inputs(arch, *shape)
+    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
+    with gaps.disabled(gap):
+        out = gemm_with_config(a, sa, b, sb, c)
+    assert not rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) < 0.5   # NaN: wrong
+
+
 @pytest.mark.parametrize("arch,c,shape", [
     ("gfx950", gemm_family.config("lds", 64, 64, stages=2, atom="32x32x64",
                                   wave_tile="w64x32"), (67, 72, 272)),
@@ -800,31 +813,15 @@ def test_emu_gap_mfma_acc_ab(arch, c, shape):
     """Tiles over 256 registers make the compiler feed MFMA operands from AGPRs (their ACC
     bits): the 64 x 32 lds wave tile on v_mfma_f32_32x32x64_f8f6f4 (264 registers), a 64 x 64
     mma tile on v_mfma_f32_16x16x32_fp8_fp8 (280); the emulator read VGPRs there."""
-    from codegen.emu import gaps
-    from codegen.ops.gemm import gemm_with_config
-
-    on(arch)
-    a, sa, b, sb = gemm_inputs(arch, *shape)
-    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
-    with gaps.disabled("mfma_acc_ab"):
-        out = gemm_with_config(a, sa, b, sb, c)
-    assert not rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) < 0.5   # NaN: wrong
+    check_gap_shown(arch, c, shape, "mfma_acc_ab")
 
 
 def test_emu_gap_ds_acc_data_gfx942():
     """The 128 x 128 lds tile in 64 x 64 wave tiles (284 registers) stages pieces from AGPRs
     (`ds_write_b128 v29, a[0:3]`, the DS ACC bit); the emulator stored the VGPRs of those
     numbers instead."""
-    from codegen.emu import gaps
-    from codegen.ops.gemm import gemm_with_config
-
-    on("gfx942")
     c = gemm_family.config("lds", 128, 128, stages=2, wave_tile="w64x64")
-    a, sa, b, sb = gemm_inputs("gfx942", 67, 72, 272)
-    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
-    with gaps.disabled("ds_acc_data"):
-        out = gemm_with_config(a, sa, b, sb, c)
-    assert not rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) < 0.5   # NaN: wrong
+    check_gap_shown("gfx942", c, (67, 72, 272), "ds_acc_data")
 
 
 def test_emu_gap_scratch_per_wave_gfx950():
@@ -834,35 +831,19 @@ def test_emu_gap_scratch_per_wave_gfx950():
     reloaded the spills of the wave that ran last."""
     from codegen import tune
     from codegen.build.resources import from_amdgpu_asm
-    from codegen.emu import gaps
-    from codegen.ops.gemm import gemm_with_config
 
     c = gemm_family.config("lds", 128, 128, stages=2, atom="32x32x16", wave_tile="w64x32")
     [(_, _, asm)] = tune.assemblies("gfx950", [c])
     assert from_amdgpu_asm(asm)["scratch_bytes"], "the config no longer spills: pick another"
-    on("gfx950")
-    a, sa, b, sb = gemm_inputs("gfx950", 67, 72, 272)
-    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
-    with gaps.disabled("scratch_per_wave"):
-        out = gemm_with_config(a, sa, b, sb, c)
-    assert not rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) < 0.5   # NaN: wrong
+    check_gap_shown("gfx950", c, (67, 72, 272), "scratch_per_wave")
 
 
 def test_emu_gap_mfma_x2_decode_gfx950():
     """Two unscaled v_mfma_f32_16x16x128_f8f6f4 in a row: the emulator decoded the pair as one
     scaled MFMA (it matched VOP3PX2 by its second word only), so the second never ran and its
     accumulators kept stale registers."""
-    from codegen.emu import gaps
-    from codegen.ops.gemm import gemm_with_config
-
-    on("gfx950")
-    a, sa, b, sb = gemm_inputs("gfx950", 67, 136, 272)
     c = gemm_family.config("lds", 64, 64, stages=2, atom="16x16x128")
-    check_gemm(gemm_with_config(a, sa, b, sb, c), a, sa, b, sb)
-    with gaps.disabled("mfma_x2_decode"):
-        out = gemm_with_config(a, sa, b, sb, c)
-    err = rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb))
-    assert not err < 0.5            # NaN (never written) counts as wrong too
+    check_gap_shown("gfx950", c, (67, 136, 272), "mfma_x2_decode")
 
 
 def test_emu_gap_mfma_x2_decode_any_instruction_before():
