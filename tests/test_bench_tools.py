@@ -260,6 +260,26 @@ def test_ab_gemm_takes_the_old_tree_from_a_folder(tmp_path, monkeypatch, capsys)
     assert "| 64x64x128:tma:64x64:s4 | 10.0 | 8.0 | 1.250 |" in capsys.readouterr().out
 
 
+def test_ab_gemm_stops_a_worker_that_hangs(tmp_path, monkeypatch, capsys):
+    """A worker past --timeout (a kernel that never returns) is stopped: the cells it timed
+    count, the others show "timed out", and the next worker still runs."""
+    ab = _tool("ab_gemm")
+    cells = ["64x64x128:tma:64x64:s4", "128x64x128:tma:64x64:s4"]
+
+    def run(cmd, env=None, timeout=None, **kw):
+        if env["PYTHONPATH"] == str(tmp_path):
+            return subprocess.CompletedProcess(
+                cmd, 0, stdout="".join(f"ab old {c} 10.0\n" for c in cells), stderr="")
+        raise subprocess.TimeoutExpired(cmd, timeout, output=f"ab new {cells[0]} 8.0\n".encode())
+
+    monkeypatch.setattr(ab.subprocess, "run", run)
+    assert ab.main(["--old", str(tmp_path), "--rounds", "1", "--timeout", "5", *cells]) == 0
+    out = capsys.readouterr()
+    assert f"| {cells[0]} | 10.0 | 8.0 | 1.250 |" in out.out
+    assert f"| {cells[1]} | 10.0 | timed out | - |" in out.out
+    assert "the new worker ran past 5 s" in out.err
+
+
 def test_power_gemm_reads_its_arguments():
     pg = _tool("power_gemm")
     assert pg.parse_shapes("4096x7168x16384,1x2x3") == [(4096, 7168, 16384), (1, 2, 3)]

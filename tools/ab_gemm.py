@@ -8,7 +8,9 @@ CELL is MxNxK:kernel:BMxBN, then any of sS (stages), kK (split-K), cC (cluster);
 1024x24576x1536:tma:128x128:s4 or 1x7168x2048:mma:8x16:k4. The old tree is `git archive`d into
 a temporary folder, or --old names a folder that holds it (where there is no git history). Each
 tree JIT-builds its own configs into a cache of its own before the timing starts. Prints old
-and new times (us) per round and old / new (below 1: new is slower).
+and new times (us) per round and old / new (below 1: new is slower). A worker that runs past
+--timeout seconds (a kernel that hangs) is stopped: the cells it timed count, the rest show
+"timed out", and the next worker runs.
 """
 from __future__ import annotations
 
@@ -78,6 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--old", help="the git revision, or a folder holding its tree, to compare "
                     "against")
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="seconds one tree's worker may take (building included)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("cells", nargs="+")
     args = ap.parse_args(argv)
@@ -106,20 +110,29 @@ def main(argv=None) -> int:
                 env = dict(os.environ, PYTHONPATH=str(tree),
                            CODEGEN_CACHE_DIR=str(Path(tmp) / f"cache-{label}"),
                            CODEGEN_AOT_DIR=str(Path(tmp) / f"aot-{label}"))
-                run = subprocess.run([sys.executable, __file__, "--worker", label, *args.cells],
-                                     env=env, capture_output=True, text=True)
-                if run.returncode:
-                    print(run.stdout + run.stderr, file=sys.stderr)
-                    return run.returncode
-                for line in run.stdout.splitlines():
+                try:
+                    run = subprocess.run([sys.executable, __file__, "--worker", label, *args.cells],
+                                         env=env, capture_output=True, text=True,
+                                         timeout=args.timeout)
+                    out = run.stdout
+                except subprocess.TimeoutExpired as e:
+                    out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+                    print(f"ab_gemm: the {label} worker ran past {args.timeout:g} s; stopped",
+                          file=sys.stderr)
+                else:
+                    if run.returncode:
+                        print(run.stdout + run.stderr, file=sys.stderr)
+                        return run.returncode
+                for line in out.splitlines():
                     if line.startswith("ab "):
                         _, who, cell, us = line.split()
                         times[cell][who].append(float(us))
     print("| cell | old us | new us | old / new |\n|---|---|---|---|")
     for cell, t in times.items():
-        print(f"| {cell} | {', '.join(f'{x:.1f}' for x in t['old'])} | "
-              f"{', '.join(f'{x:.1f}' for x in t['new'])} | "
-              f"{statistics.mean(t['old']) / statistics.mean(t['new']):.3f} |")
+        old_us, new_us = (", ".join(f"{x:.1f}" for x in t[w]) or "timed out" for w in ("old", "new"))
+        ratio = f"{statistics.mean(t['old']) / statistics.mean(t['new']):.3f}" \
+            if t["old"] and t["new"] else "-"
+        print(f"| {cell} | {old_us} | {new_us} | {ratio} |")
     return 0
 
 
