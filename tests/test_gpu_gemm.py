@@ -66,6 +66,17 @@ def built_configs():
     return [dict(v.params) for v in fam.variants(get_target(arch))]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def every_built_config_compiled():
+    """Every built config into the JIT cache side by side first: compiled one at a time on first
+    use, a fresh cache took minutes (nothing to do where an ahead-of-time build is current)."""
+    from codegen.tune import compile_all
+
+    axes = fam.config("mma", 16, 16)
+    compile_all(device_arch(torch.device("cuda")),
+                [{key: params[key] for key in axes} for params in built_configs()])
+
+
 @pytest.mark.parametrize("shape", [(1, 576, 3888), (83, 2112, 7168), (130, 200, 512),
                                    (257, 4096, 256), (16, 7168, 2048), (70, 100, 256),
                                    (33, 2050, 128)])
