@@ -62,6 +62,7 @@ def candidates(arch: str) -> list[dict]:
     cands += [c("tma", bm, bn, stages=s, cluster=cl) for bm in (64, 128) for bn in fam.TMA_WIDTHS
               if bn >= 56 for s in (4, 5, 6) for cl in (1, 2)]
     cands += [c("tma", 256, bn, stages=3) for bn in (64, 96, 112, 128)]   # 3 stages fit
+    cands += [c("tma", 128, 256, stages=3)]
     # decode: narrow tiles and deep rings keep 48-64 KB of weights in flight per SM
     cands += [c("tma", 64, bn, stages=s) for bn in (16, 32, 56, 64) for s in (8, 12, 16)]
     fp8 = get_target(arch).fp8_formats[0]

@@ -135,15 +135,16 @@ def test_hopper_gemm_sass(i):
     # registers one owns)
     assert "instructions are serialized" not in ptxas, ptxas
     kernels = re.split(r"\n\s*Function : ", code)[1:]
-    split = cfg["kernel"] == "tma" and cfg["block_m"] != 256
+    split = cfg["kernel"] == "tma" and 256 not in (cfg["block_m"], cfg["block_n"])
     staged = fam.tma_staged_bytes(_gemm_variant(cfg)) > 0
     assert len(kernels) == 1 + split + staged, \
-        f"{len(kernels)} kernels: the tma kernel has a split build except at 256 rows, and " \
-        f"narrow tiles a build taking A's scales with the stages"
+        f"{len(kernels)} kernels: the tma kernel has a split build except at 256 rows or " \
+        f"columns, and narrow tiles a build taking A's scales with the stages"
     # only the staged build copies A's scales with the stages (a third tensor map)
     assert sum(k.count("UTMACCTL.PF") == 3 for k in kernels) == staged
     assert_waits_before_memory(code)
-    mma = re.findall(rf"QGMMA\.64x{cfg['block_n']}x32\.F32\.E4M3\.E4M3", code)
+    n = fam.tma_wgmma_n(_gemm_variant(cfg)) if cfg["kernel"] == "tma" else cfg["block_n"]
+    mma = re.findall(rf"QGMMA\.64x{n}x32\.F32\.E4M3\.E4M3", code)
     assert len(mma) >= 4, "no m64nNk32 e4m3 warpgroup MMA"
     if cfg["kernel"] == "tma":
         assert "UTMALDG.2D" in code, "loads do not use the tensor memory accelerator"

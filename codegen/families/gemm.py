@@ -39,7 +39,7 @@ GEMV_UNROLL = 4     # gemv kernel: 16-byte pieces of B in flight per lane
 LDS_MAX_PIECES = 8   # lds kernel: 16-byte pieces a thread may stage per K block
 # tma kernel: tile N (16 and 32 give decode's few rows a tile per SM; the widths that are not
 # powers of two fill the SMs better at some N)
-TMA_WIDTHS = (16, 32, 56, 64, 72, 96, 112, 128, 144, 160, 192)
+TMA_WIDTHS = (16, 32, 56, 64, 72, 96, 112, 128, 144, 160, 192, 256)
 NVIDIA_STATIC_SMEM = 48 * 1024   # static shared memory a CUDA kernel may declare
 M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 # (N, K) of the block-FP8 linear layers the table is tuned and benchmarked on (DeepSeek-V3's)
@@ -253,6 +253,8 @@ def validate(v: Variant) -> str | None:
             return "tma tiles of 256 rows are built without clusters"
         if bm == 256 and bn > 128:   # two waves' results and a partial-sum set: 3 x bn / 2 registers
             return f"tma tiles of 256 rows are at most 128 wide, not {bn} (consumer registers)"
+        if bn == 256 and (bm != 128 or v["cluster"] != 1):   # two consumers side by side
+            return f"tma tiles 256 wide are 128 high and built without clusters, not {bm}x{bn} c{v['cluster']}"
         if kernel == "tma" and (bn // v["cluster"]) % 8:
             return f"tma cluster={v['cluster']} splits the {bn}-row B box into slices of whole 8-row groups"
         least = 3 if kernel == "wgmma" else 2
@@ -340,11 +342,18 @@ def validate_lds(v: Variant, atom: Atom) -> str | None:
     return None
 
 
+def tma_wgmma_n(v: Variant) -> int:
+    """tma kernel: a consumer warpgroup's columns (its wgmma's n); 256-wide tiles put the two
+    side by side."""
+    return v["block_n"] // 2 if v["block_n"] == 256 else v["block_n"]
+
+
 def context(v: Variant) -> dict:
     ctx = dict(block_m=v["block_m"], block_n=v["block_n"], block=block_threads(v))
     if v["kernel"] in ("wgmma", "tma"):
-        return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v),
-                    straddles=tma_straddles(v["block_n"]), cluster=v["cluster"],
+        wn = tma_wgmma_n(v) if v["kernel"] == "tma" else v["block_n"]
+        return dict(ctx, stages=v["stages"], smem_bytes=wgmma_smem_bytes(v), wgmma_n=wn,
+                    straddles=tma_straddles(wn), cluster=v["cluster"],
                     one_set=v["kernel"] == "tma" and tma_one_set(v),
                     staged_scales=tma_staged_bytes(v) > 0)
     if v["kernel"] == "gemv":
