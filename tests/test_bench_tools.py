@@ -305,3 +305,14 @@ def test_power_gemm_takes_the_settled_samples():
     assert pg.window(samples, 10.0, 12.0) == (1390.0, 692.0)
     clock, watts = pg.window(samples, 20.0, 21.0)
     assert clock != clock and watts != watts   # nothing sampled: nan
+
+
+def test_trace_tma_instruments_the_current_template(tmp_path):
+    tt = _tool("trace_tma")
+    tree = tt.instrumented_tree(tmp_path / "tree")   # each edit found exactly once, or it exits
+    text = (tree / tt.TEMPLATE).read_text()
+    assert "g_trace[call][blockIdx.x][4] = now_ns();" in text and "trace_dump" in text
+    assert (ROOT / tt.TEMPLATE).read_text().count("g_trace") == 0   # the checkout untouched
+    for bad in (["1x2x3:mma:8x8"], ["--map", "x", "1024x4096x7168:tma:128x128:s6"]):
+        with pytest.raises(SystemExit):
+            tt.main(bad)
