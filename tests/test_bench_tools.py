@@ -313,6 +313,8 @@ def test_trace_tma_instruments_the_current_template(tmp_path):
     text = (tree / tt.TEMPLATE).read_text()
     assert "g_trace[call][blockIdx.x][4] = now_ns();" in text and "trace_dump" in text
     assert (ROOT / tt.TEMPLATE).read_text().count("g_trace") == 0   # the checkout untouched
-    for bad in (["1x2x3:mma:8x8"], ["--map", "x", "1024x4096x7168:tma:128x128:s6"]):
+    cell = "1024x4096x7168:tma:128x128:s6"
+    for bad in (["1x2x3:mma:8x8"], ["--map", "1,x", cell], ["--map", "0", cell],
+                ["--trigger", "2", cell], ["--trigger", ",1", cell]):
         with pytest.raises(SystemExit):
             tt.main(bad)

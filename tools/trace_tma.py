@@ -2,11 +2,12 @@
 global timer) of 64 calls in a row, read against the end of the call before. Instruments a
 copy of this tree's tma template in a temporary folder; the checkout is not touched.
 
-    python tools/trace_tma.py 1024x4096x7168:tma:128x128:s6 [--trigger 0|1] [--map smid|N]
+    python tools/trace_tma.py 1024x4096x7168:tma:128x128:s6 [--trigger 0,1] [--map 1,5,smid]
 
 --trigger: 1 lets the next grid launch at this one's start, 0 at its end (default: the
 launcher's rule). --map: which CTA takes which tiles: CTA i takes unit (i * N) % grid (N coprime
-with the grid), or the unit of its SM's number (smid); default: unit i. Columns (us, p10 / p50 /
+with the grid; 1, the default, is the kernel's own), or the unit of its SM's number (smid).
+Each takes a list: every pair is timed in one process, one build. Columns (us, p10 / p50 /
 p90 over the calls): period (last CTA end to last CTA end), land (a CTA's first instruction;
 below 0: it landed before the call before ended), early (CTAs landed before it), go_first /
 go_last (past the wait for the call before), first_end (first CTA's end after go_first),
@@ -99,16 +100,13 @@ def instrumented_tree(dst: Path) -> Path:
     return dst
 
 
-def worker(cell: str) -> None:
-    """Runs in the instrumented tree: 70 calls to warm up, 64 traced, the table."""
-    import ctypes
-
-    import numpy as np
+def worker(cell: str, triggers: list[str], maps: list[str]) -> None:
+    """Runs in the instrumented tree: per (trigger, map), 70 calls to warm up, 64 traced, the
+    table. The launcher reads both from the environment at each call."""
     import torch
 
-    from codegen import dispatch
     from codegen.families import gemm as fam
-    from codegen.ops.gemm import _launcher, fp8_dtype_of, gemm_with_config
+    from codegen.ops.gemm import fp8_dtype_of
     from codegen.targets import device_arch
 
     (m, n, k), kw = parse_cell(cell)
@@ -117,6 +115,24 @@ def worker(cell: str) -> None:
     # rotating operands past 2x L2 for the small shapes
     sets = [gemm_inputs(m, n, k, dtype) for _ in range(max(1, min(8, 2 * 50 * 2**20 // (
         m * k + n * k + 2 * m * n) + 1)))]
+    for trigger in triggers:
+        for mapping in maps:
+            if trigger:
+                os.environ["TRACE_TRIGGER"] = trigger
+            os.environ["TRACE_MAP"] = "-1" if mapping == "smid" else mapping
+            print(f"\n{cell}, launch point {trigger or 'the rule'}, map {mapping}:")
+            _trace(cfg, sets)
+
+
+def _trace(cfg: dict, sets: list) -> None:
+    import ctypes
+
+    import numpy as np
+    import torch
+
+    from codegen import dispatch
+    from codegen.ops.gemm import _launcher, gemm_with_config
+
     for i in range(70):
         gemm_with_config(*sets[i % len(sets)], cfg)
     torch.cuda.synchronize()
@@ -143,8 +159,8 @@ def worker(cell: str) -> None:
         for name, x in zip(cols, row):
             cols[name].append(x)
     same = np.mean([np.array_equal(a[:, 0], b[:, 0]) for a, b in zip(grids, grids[1:])])
-    print(f"{cell}: {len(grids)} calls of {len(grids[0])} CTAs; the SM of each CTA as the call "
-          f"before's in {same:.0%} of calls")
+    print(f"{len(grids)} calls of {len(grids[0])} CTAs; the SM of each CTA as the call before's "
+          f"in {same:.0%} of calls; SMs by CTA in one call: {grids[1][:, 0].tolist()}")
     print("| | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
     for q in (10, 50, 90):
         print(f"| p{q} | " + " | ".join(f"{np.percentile(v, q):.2f}" for v in cols.values())
@@ -154,8 +170,8 @@ def worker(cell: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trigger", choices=("0", "1"))
-    ap.add_argument("--map", help="smid, or a multiplier N coprime with the grid")
+    ap.add_argument("--trigger", default="", help="0, 1 or both (0,1)")
+    ap.add_argument("--map", default="1", help="multipliers N coprime with the grid, or smid")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("cell")
     args = ap.parse_args(argv)
@@ -165,20 +181,20 @@ def main(argv=None) -> int:
         ap.error(str(e))
     if kw["kernel"] != "tma":
         ap.error(f"cell {args.cell!r}: only the tma kernel is instrumented")
-    if args.map not in (None, "smid") and not args.map.isdigit():
-        ap.error(f"--map {args.map!r}: expected smid or a positive integer")
+    triggers, maps = args.trigger.split(","), args.map.split(",")
+    if any(t not in ("", "0", "1") for t in triggers) or (len(triggers) > 1 and "" in triggers):
+        ap.error(f"--trigger {args.trigger!r}: expected 0, 1 or 0,1")
+    if any(m != "smid" and not (m.isdigit() and int(m) > 0) for m in maps):
+        ap.error(f"--map {args.map!r}: expected positive integers or smid")
     if args.worker:
-        worker(args.cell)
+        worker(args.cell, triggers, maps)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         tree = instrumented_tree(Path(tmp) / "tree")
         env = dict(os.environ, PYTHONPATH=str(tree), CODEGEN_CACHE_DIR=str(Path(tmp) / "cache"),
                    CODEGEN_AOT_DIR=str(Path(tmp) / "aot"))
-        if args.trigger is not None:
-            env["TRACE_TRIGGER"] = args.trigger
-        if args.map is not None:
-            env["TRACE_MAP"] = "-1" if args.map == "smid" else args.map
-        return subprocess.run([sys.executable, __file__, "--worker", args.cell], env=env).returncode
+        return subprocess.run([sys.executable, __file__, "--worker", "--trigger", args.trigger,
+                               "--map", args.map, args.cell], env=env).returncode
 
 
 if __name__ == "__main__":
