@@ -71,7 +71,9 @@ CG_DEVICE unsigned sm_id() {
      """  int trigger_early = units <= busy || kblocks <= 8;
   if (const char* e = getenv("TRACE_TRIGGER")) trigger_early = atoi(e);
   const int map = getenv("TRACE_MAP") ? atoi(getenv("TRACE_MAP")) : 0;
-  if (map > 0 && std::gcd(int64_t(map), busy) != 1) return int(cudaErrorInvalidValue);
+  // a permutation of the units; by SM number only without clusters (a cluster's CTAs share one)
+  if ((map > 0 && std::gcd(int64_t(map), busy) != 1) || (map < 0 && CLUSTER > 1))
+    return int(cudaErrorInvalidValue);
   static int call = 0;
   call = (call + 1) % 64;
 """),
