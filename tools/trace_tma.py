@@ -12,7 +12,8 @@ p90 over the calls): period (last CTA end to last CTA end), land (a CTA's first 
 below 0: it landed before the call before ended), early (CTAs landed before it), go_first /
 go_last (past the wait for the call before), first_end (first CTA's end after go_first),
 last_round (last CTA end after the median start of the CTAs' last tiles), tail (last end after
-the 10th percentile end).
+the 10th percentile end). --save FILE.npz keeps each pair's raw timestamps (calls x CTAs x
+smid, land, go, last tile, end; ns) for a closer look.
 """
 from __future__ import annotations
 
@@ -102,7 +103,7 @@ def instrumented_tree(dst: Path) -> Path:
     return dst
 
 
-def worker(cell: str, triggers: list[str], maps: list[str]) -> None:
+def worker(cell: str, triggers: list[str], maps: list[str], save: str) -> None:
     """Runs in the instrumented tree: per (trigger, map), 70 calls to warm up, 64 traced, the
     table. The launcher reads both from the environment at each call."""
     import torch
@@ -117,16 +118,20 @@ def worker(cell: str, triggers: list[str], maps: list[str]) -> None:
     # rotating operands past 2x L2 for the small shapes
     sets = [gemm_inputs(m, n, k, dtype) for _ in range(max(1, min(8, 2 * 50 * 2**20 // (
         m * k + n * k + 2 * m * n) + 1)))]
+    raw = {}
     for trigger in triggers:
         for mapping in maps:
             if trigger:
                 os.environ["TRACE_TRIGGER"] = trigger
             os.environ["TRACE_MAP"] = "-1" if mapping == "smid" else mapping
             print(f"\n{cell}, launch point {trigger or 'the rule'}, map {mapping}:")
-            _trace(cfg, sets)
+            raw[f"trigger{trigger or 'rule'}_map{mapping}"] = _trace(cfg, sets)
+    if save:
+        import numpy as np
+        np.savez_compressed(save, **raw)
 
 
-def _trace(cfg: dict, sets: list) -> None:
+def _trace(cfg: dict, sets: list):
     import ctypes
 
     import numpy as np
@@ -167,6 +172,7 @@ def _trace(cfg: dict, sets: list) -> None:
     for q in (10, 50, 90):
         print(f"| p{q} | " + " | ".join(f"{np.percentile(v, q):.2f}" for v in cols.values())
               + " |")
+    return np.stack(grids)
 
 
 def main(argv=None) -> int:
@@ -174,6 +180,7 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trigger", default="", help="0, 1 or both (0,1)")
     ap.add_argument("--map", default="1", help="multipliers N coprime with the grid, or smid")
+    ap.add_argument("--save", default="", help="FILE.npz for the raw timestamps")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("cell")
     args = ap.parse_args(argv)
@@ -189,14 +196,15 @@ def main(argv=None) -> int:
     if any(m != "smid" and not (m.isdigit() and int(m) > 0) for m in maps):
         ap.error(f"--map {args.map!r}: expected positive integers or smid")
     if args.worker:
-        worker(args.cell, triggers, maps)
+        worker(args.cell, triggers, maps, args.save)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         tree = instrumented_tree(Path(tmp) / "tree")
         env = dict(os.environ, PYTHONPATH=str(tree), CODEGEN_CACHE_DIR=str(Path(tmp) / "cache"),
                    CODEGEN_AOT_DIR=str(Path(tmp) / "aot"))
         return subprocess.run([sys.executable, __file__, "--worker", "--trigger", args.trigger,
-                               "--map", args.map, args.cell], env=env).returncode
+                               "--map", args.map, "--save", str(Path(args.save).resolve()) if args.save
+                               else "", args.cell], env=env).returncode
 
 
 if __name__ == "__main__":
