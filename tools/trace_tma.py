@@ -13,7 +13,8 @@ below 0: it landed before the call before ended), early (CTAs landed before it),
 go_last (past the wait for the call before), first_end (first CTA's end after go_first),
 last_round (last CTA end after the median start of the CTAs' last tiles), tail (last end after
 the 10th percentile end). --save FILE.npz keeps each pair's raw timestamps (calls x CTAs x
-smid, land, go, last tile, end; ns) for a closer look.
+smid, land, go, last tile, end; ns) for a closer look, under trigger<T>_map<N> (a repeated
+pair adds _1, _2, ...).
 """
 from __future__ import annotations
 
@@ -118,14 +119,16 @@ def worker(cell: str, triggers: list[str], maps: list[str], save: str) -> None:
     # rotating operands past 2x L2 for the small shapes
     sets = [gemm_inputs(m, n, k, dtype) for _ in range(max(1, min(8, 2 * 50 * 2**20 // (
         m * k + n * k + 2 * m * n) + 1)))]
-    raw = {}
+    raw, seen = {}, {}
     for trigger in triggers:
         for mapping in maps:
             if trigger:
                 os.environ["TRACE_TRIGGER"] = trigger
             os.environ["TRACE_MAP"] = "-1" if mapping == "smid" else mapping
             print(f"\n{cell}, launch point {trigger or 'the rule'}, map {mapping}:")
-            raw[f"trigger{trigger or 'rule'}_map{mapping}"] = _trace(cfg, sets)
+            key = f"trigger{trigger or 'rule'}_map{mapping}"
+            seen[key] = seen.get(key, -1) + 1
+            raw[key + (f"_{seen[key]}" if seen[key] else "")] = _trace(cfg, sets)
     if save:
         import numpy as np
         np.savez_compressed(save, **raw)
