@@ -109,6 +109,7 @@ def worker(cell: str, triggers: list[str], maps: list[str], save: str) -> None:
     table. The launcher reads both from the environment at each call."""
     import torch
 
+    from codegen.bench import cache_bytes
     from codegen.families import gemm as fam
     from codegen.ops.gemm import fp8_dtype_of
     from codegen.targets import device_arch
@@ -116,8 +117,8 @@ def worker(cell: str, triggers: list[str], maps: list[str], save: str) -> None:
     (m, n, k), kw = parse_cell(cell)
     cfg = fam.config(**kw)
     dtype = fp8_dtype_of(device_arch(torch.device("cuda")))
-    # rotating operands past 2x L2 for the small shapes
-    sets = [gemm_inputs(m, n, k, dtype) for _ in range(max(1, min(8, 2 * 50 * 2**20 // (
+    # operands rotating past 2x the device's last cache, up to 8 sets
+    sets = [gemm_inputs(m, n, k, dtype) for _ in range(max(1, min(8, 2 * cache_bytes() // (
         m * k + n * k + 2 * m * n) + 1)))]
     raw, seen = {}, {}
     for trigger in triggers:
