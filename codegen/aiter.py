@@ -9,12 +9,13 @@ without touching its call sites:
 Each keeps its AITER namesake's return values, in-place conventions and scale layouts. AITER's
 FP8 max is torch.finfo(dtype).max, so these quantize with 240 on gfx942 (e4m3fnuz), where the
 ops default to 224, and 448 elsewhere. An argument asking for something the kernels do not do
-fails naming the argument. Numerics are this project's (NUMERICS.md): quantized values are
+fails naming the argument. Numerics are this project's (docs/numerics.md): quantized values are
 x / scale, correctly rounded, where AITER multiplies by 1 / scale (the two differ by one FP8 step
 on rare elements).
 """
 from __future__ import annotations
 
+import enum
 import functools
 
 import torch
@@ -25,7 +26,7 @@ from .ops.quant import resolve_fp8
 from .vllm import _rows
 
 __all__ = ["rms_norm", "rmsnorm2d_fwd", "rmsnorm2d_fwd_with_add", "fused_add_rms_norm_cu",
-           "per_group_quant_hip", "get_hip_quant", "gemm_a8w8_blockscale",
+           "per_group_quant_hip", "get_hip_quant", "QuantType", "gemm_a8w8_blockscale",
            "fused_rms_fp8_group_quant"]
 
 _FP8_MAX = {d: torch.finfo(d).max for d in (torch.float8_e4m3fn, torch.float8_e4m3fnuz)}
@@ -91,16 +92,16 @@ def rmsnorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: 
     over each operand)."""
     _plain_norm(use_model_sensitive_rmsnorm, gemma_norm)
     ops.fused_add_rmsnorm(_rows(input), _rows(residual_in), weight, epsilon,
-                          out=_rows(out, written=True),
-                          residual_out=_rows(residual_out, written=True))
+                          out=_rows(out, "out"),
+                          residual_out=_rows(residual_out, "residual_out"))
 
 
 def fused_add_rms_norm_cu(input: torch.Tensor, residual_in: torch.Tensor, weight: torch.Tensor,
                           epsilon: float) -> None:
     """aiter.fused_add_rms_norm_cu, in place: residual_in = input + residual_in, then input =
     rmsnorm(residual_in) * weight."""
-    x = _rows(input, written=True)
-    ops.fused_add_rmsnorm(x, _rows(residual_in, written=True), weight, epsilon, out=x)
+    x = _rows(input, "input")
+    ops.fused_add_rmsnorm(x, _rows(residual_in, "residual_in"), weight, epsilon, out=x)
 
 
 def per_group_quant_hip(x: torch.Tensor, scale: torch.Tensor | None = None,
@@ -128,9 +129,19 @@ def per_group_quant_hip(x: torch.Tensor, scale: torch.Tensor | None = None,
     return y.view(x.shape), s.view(*x.shape[:-1], s.shape[-1])
 
 
+class QuantType(enum.IntEnum):
+    """aiter.QuantType, as its members are numbered (only per_1x128 is built)."""
+    No = 0
+    per_Tensor = 1
+    per_Token = 2
+    per_1x32 = 3
+    per_1x128 = 4
+    per_128x128 = 5
+
+
 def get_hip_quant(quant_type):
-    """aiter.get_hip_quant: the quant function for a QuantType; per_1x128 only (the enum member
-    from aiter, or its name)."""
+    """aiter.get_hip_quant: the quant function for a QuantType; per_1x128 only (this module's
+    QuantType, aiter's, or the member's name)."""
     name = getattr(quant_type, "name", quant_type)
     if name != "per_1x128":
         raise ValueError(f"quant_type: {quant_type}; only per_1x128 (1 x 128 groups) is built")

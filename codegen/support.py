@@ -47,7 +47,9 @@ def supported(device=None) -> Support:
     try:
         arch, name = _arch_of(device)
     except RuntimeError as e:
-        return Support(str(device), None, {n: str(e) for n in (*OPS, *MODULES)})
+        where = "the current GPU" if device is None else (
+            f"cuda:{device}" if isinstance(device, int) else str(device))
+        return Support(where, None, {n: str(e) for n in (*OPS, *MODULES)})
     return Support(name, arch, _reasons(arch))
 
 
@@ -56,6 +58,8 @@ def _arch_of(device) -> tuple[str, str]:
 
     if isinstance(device, str) and device in TARGETS:
         return device, device
+    if isinstance(device, str) and device.startswith(("gfx", "sm_")):
+        raise RuntimeError(f"unknown arch {device!r}; the targets are {', '.join(TARGETS)}")
     try:
         import torch
     except ImportError:

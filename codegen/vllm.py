@@ -6,7 +6,7 @@ swaps implementations without touching them:
 
 Each follows its vLLM namesake's layouts and in-place conventions; where an argument asks for
 something the kernels do not do, the call fails naming the argument, never silently ignores it.
-Numerics are this project's (NUMERICS.md); the two documented differences are in the docstrings.
+Numerics are this project's (docs/numerics.md); the two documented differences are in the docstrings.
 """
 from __future__ import annotations
 
@@ -41,29 +41,36 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
         raise ValueError(f"x: column-major scales need 2-D x, got shape {tuple(x.shape)}")
     layout = ("col_tma" if tma_aligned_scales else "col") if column_major_scales else "row"
     flat = x.dim() == 2
-    if out_q is not None and not (isinstance(out_q, torch.Tensor) and out_q.shape == x.shape
-                                  and out_q.is_contiguous()):
-        check_tensor("x", x)      # raises naming x, else the next line naming out_q
-        quant.check_out(out_q, x, quant.resolve_fp8(x, dtype, None)[0], "out_q")
     try:
+        if out_q is not None and not (isinstance(out_q, torch.Tensor) and
+                                      out_q.shape == x.shape and out_q.is_contiguous()):
+            check_tensor("x", x)      # raises naming x, else the next line naming out_q
+            quant.check_out(out_q, x, quant.resolve_fp8(x, dtype, None)[0], "out_q")
         q, s = ops.per_token_group_quant_fp8(_rows(x), group_size, scale_layout=layout,
                                              ue8m0=bool(use_ue8m0), fp8_dtype=dtype,
-                                             out=None if out_q is None else _rows(out_q, True))
-    except ValueError as e:       # out_q's dtype, device or alignment, under its own name
-        if out_q is None or not str(e).startswith("out: "):
-            raise
-        raise ValueError(f"out_q: {str(e)[5:]}") from None
+                                             out=None if out_q is None else _rows(out_q, "out_q"))
+    except ValueError as e:       # out_q and dtype under their own names
+        for op_name, name in (("out", "out_q"), ("fp8_dtype", "dtype")):
+            if str(e).startswith(f"{op_name}: "):
+                raise ValueError(f"{name}: {str(e)[len(op_name) + 2:]}") from None
+        raise
     if flat:
         return q, s
     return q.view(x.shape) if out_q is None else out_q, s.view(*x.shape[:-1], s.shape[-1])
 
 
-def _rows(t: torch.Tensor, written: bool = False) -> torch.Tensor:
+def _rows(t: torch.Tensor, written: str | None = None) -> torch.Tensor:
     """t as [rows, last dim]: itself where it is 2-D already (a view costs a dispatch). A tensor
-    the op writes must be a view of t (view raises where reshape would copy)."""
+    the op writes (written: its argument's name) must be a view of t, not a copy."""
     if t.dim() == 2:
         return t
-    return t.view(-1, t.shape[-1]) if written else t.reshape(-1, t.shape[-1])
+    if not written:
+        return t.reshape(-1, t.shape[-1])
+    try:
+        return t.view(-1, t.shape[-1])
+    except RuntimeError:
+        raise ValueError(f"{written}: strides {t.stride()} do not let its {t.dim()} dims be viewed "
+                         f"as rows; the op writes it in place") from None
 
 
 def _unit_weight(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
@@ -74,16 +81,16 @@ def _unit_weight(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
 def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
              epsilon: float) -> None:
     """vLLM's _custom_ops.rms_norm: out = rmsnorm(input) * weight (weight None: ones)."""
-    ops.rmsnorm(_rows(input), _unit_weight(weight, input), epsilon, out=_rows(out, written=True))
+    ops.rmsnorm(_rows(input), _unit_weight(weight, input), epsilon, out=_rows(out, "out"))
 
 
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor,
                        weight: torch.Tensor | None, epsilon: float) -> None:
     """vLLM's _custom_ops.fused_add_rms_norm, in place: residual = input + residual, then
     input = rmsnorm(residual) * weight."""
-    x = _rows(input, written=True)
-    ops.fused_add_rmsnorm(x, _rows(residual, written=True), _unit_weight(weight, input), epsilon,
-                          out=x)
+    x = _rows(input, "input")
+    ops.fused_add_rmsnorm(x, _rows(residual, "residual"), _unit_weight(weight, input),
+                          epsilon, out=x)
 
 
 def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon: float,
@@ -125,6 +132,9 @@ def w8a8_triton_block_scaled_mm(A: torch.Tensor, B: torch.Tensor, As: torch.Tens
     128 x 128 block; block_size must be [128, 128]. Computed as bf16, then output_dtype."""
     if list(block_size) != [128, 128]:
         raise ValueError(f"block_size: {list(block_size)}; the kernels take [128, 128] blocks")
+    if output_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"output_dtype: {output_dtype}; expected torch.bfloat16, torch.float16 "
+                         f"or torch.float32")
     c = ops.gemm_a8w8_blockscale(_rows(A), _rows(As), B, Bs)
     if c.dtype != output_dtype:
         c = c.to(output_dtype)

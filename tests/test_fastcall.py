@@ -173,8 +173,9 @@ def test_quant(device, fast, lib, layout, t):
     assert q is out and device.last(3)[1:] == [out.data_ptr(), s.data_ptr()]
     _same_output(s, python_path(lambda: ops.per_token_group_quant_fp8(x, scale_layout=layout))[1])
     shifted = torch.empty(t * 256 + 1, dtype=out.dtype)[1:].view(t, 256)
+    x_as_fp8 = torch.empty(0, dtype=out.dtype).set_(x.untyped_storage(), 0, x.shape, x.stride())
     for bad in (torch.empty(t, 128, dtype=out.dtype), torch.empty_like(x),
-                torch.empty(t, 512, dtype=out.dtype)[:, ::2], shifted, "out"):
+                torch.empty(t, 512, dtype=out.dtype)[:, ::2], shifted, x_as_fp8, "out"):
         assert fast.quant(pid, x, bad) is None
 
 
@@ -215,10 +216,33 @@ def test_norm(device, fast, lib, residual):
         big = torch.empty(6 * 1024, dtype=bf)        # r's and ro's signatures, one memory
         assert fast.norm(pid, x, big[:3072].view(6, 512), w, big.view(6, 1024)[:, :512],
                          None) is None
+    # what the Python path refuses: out over x (but not x itself) or over the weight, the sum
+    # written over x or the weight, out over the residual
+    assert fast.norm(pid, x, r, w, ro, x) is not None
+    buf = torch.empty(7 * 512, dtype=bf)
+    x_over = buf[512:].view(6, 512)
+    assert fast.norm(pid, x_over, r, w, ro, buf[:3072].view(6, 512)) is None
+    assert fast.norm(pid, x, r, y[0], ro, y) is None
     if r is not None:
         assert fast.norm(pid, x, r[:4], w, ro, None) is None
+        assert fast.norm(pid, x, r, w, ro, r) is None
+        if ro is None:
+            assert fast.norm(pid, x_over, buf[:3072].view(6, 512), w, None, None) is None
+            assert fast.norm(pid, x, r, r[1], None, None) is None
     else:
         assert fast.norm(pid, x[1:], r, w, ro, None).shape == (5, 512)  # any row count, one plan
+
+
+def test_norm_columns_of_one_buffer_side_by_side(device, fast, lib):
+    """x and the residual it adds to, side by side in the rows of one buffer: apart."""
+    bf = torch.bfloat16
+    wide, w = torch.randn(6, 1024).to(bf), torch.randn(512).to(bf)
+    x, r = wide[:, :512], wide[:, 512:]
+    pid = _fast.param_id(("fused_add_rmsnorm", 1e-6))
+    fast.record(_fast.NORM, pid, (x, r, w, None), _addr(lib, "rec_norm"), "u", x.dtype, (), 1e-6)
+    _compare(device, 11, lambda: ops.fused_add_rmsnorm(x, r, w),
+             lambda: fast.norm(pid, x, r, w, None, None), (4,))
+    assert fast.norm(pid, wide[:, 8:520], r, w, None, None) is None     # now they overlap
 
 
 @pytest.mark.parametrize("layout,residual", [("row", "none"), ("col_tma", "none"),

@@ -6,6 +6,8 @@ import torch
 from codegen import ops
 from codegen.ops import _fast
 
+from .gpu_data import poison_pool
+
 pytestmark = pytest.mark.gpu
 
 
@@ -50,11 +52,18 @@ CALLS = {
 
 @pytest.mark.parametrize("name", CALLS)
 @pytest.mark.parametrize("t", [1, 37])
-def test_second_call_equals_first(name, t):
-    x, w = _inputs(t, 2048, t)
+def test_second_call_equals_first(name, t, monkeypatch):
+    x, w = _inputs(t, 2048, 100 * t + list(CALLS).index(name))
+    call = _fast.call
+    monkeypatch.setattr(_fast, "call", lambda *args: None)
     first = CALLS[name](x, w, None)        # the Python path; records the plan
-    second = CALLS[name](x, w, None)       # the C++ path
+    served = []
+    monkeypatch.setattr(_fast, "call", lambda *args: served.append(call(*args)) or served[-1])
+    outs = first if isinstance(first, tuple) else (first,)
+    poison_pool(*(o.untyped_storage().nbytes() for o in outs if o.numel()))
+    second = CALLS[name](x, w, None)       # the C++ path, over NaN bytes
     torch.cuda.synchronize()
+    assert len(served) == 1 and served[0] is not None, "the C++ path declined"
     _same(first, second)
 
 
@@ -100,3 +109,20 @@ def test_a_misaligned_call_after_an_aligned_one_is_still_right():
     shifted = buf[1:].view(8, 2048)
     shifted.copy_(x)
     _same(ops.rmsnorm(x, w), ops.rmsnorm(shifted, w))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_calls_on_a_device_that_is_not_current():
+    """Tensors on cuda:1 while cuda:0 is current: each launch goes to cuda:1 (the Python path,
+    then the C++ one) and cuda:0 is current again after."""
+    x, w = (t.to("cuda:1") for t in _inputs(37, 2048, 11))
+    with torch.cuda.device(1):
+        ref = (ops.rmsnorm(x, w), *ops.rmsnorm_group_quant(x, w), *ops.per_token_group_quant_fp8(x))
+    _fast.clear()
+    torch.cuda.set_device(0)
+    for _ in range(2):            # the Python path records each plan, the C++ path takes it
+        out = (ops.rmsnorm(x, w), *ops.rmsnorm_group_quant(x, w),
+               *ops.per_token_group_quant_fp8(x))
+        torch.cuda.synchronize(1)
+        _same(tuple(ref), tuple(out))
+        assert torch.cuda.current_device() == 0

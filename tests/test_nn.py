@@ -29,12 +29,16 @@ def test_quantize_weight_blocks(n, k):
     w = torch.randn(n, k) * torch.logspace(-3, 1, n)[:, None]
     q, s = cnn.quantize_weight(w, torch.float8_e4m3fn, 448.0)
     assert q.shape == (n, k) and s.shape == (-(-n // 128), -(-k // 128))
+    def per_block(t):        # [ceil(n/128), ceil(k/128), 128 * 128], zero-padded
+        pad = torch.zeros(s.shape[0] * 128, s.shape[1] * 128)
+        pad[:n, :k] = t
+        return pad.view(s.shape[0], 128, s.shape[1], 128).transpose(1, 2).flatten(2)
     deq = q.float() * s.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k]
+    amax = per_block(w.abs()).amax(dim=2)
+    # each block's own scale: its largest value lands on the FP8 max
+    torch.testing.assert_close(amax / s, torch.full_like(s, 448.0))
     # e4m3 keeps 3 mantissa bits: half an ulp of the block's largest value at most
-    amax = w.abs().view(-1).max()
-    assert (deq - w).abs().max() <= amax / 16
-    blocks = (w.abs() / s.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :k])
-    assert blocks.max() <= 448.0 + 1e-3
+    assert (per_block((deq - w).abs()).amax(dim=2) <= amax / 16).all()
 
 
 def test_e4m3fn_checkpoint_on_an_fnuz_device_keeps_every_value():
@@ -72,7 +76,7 @@ def test_bad_arguments_name_the_argument_before_any_gpu_work():
         vllm.per_token_group_quant_fp8(x, 128)
     # a residual written in place that is no view of rows: an error, not a write to a copy
     res = torch.zeros(2, 128, 2).transpose(1, 2)
-    with pytest.raises(RuntimeError, match="view"):
+    with pytest.raises(ValueError, match="residual: strides"):
         vllm.fused_add_rms_norm(torch.zeros(2, 2, 128), res, None, 1e-6)
     with pytest.raises(ValueError, match="in_features: 100"):
         cnn.BlockFP8Linear(100, 128)
@@ -92,6 +96,7 @@ def test_aiter_arguments_the_kernels_lack_are_named_before_any_gpu_work():
         (lambda: aiter.per_group_quant_hip(x), "quant_dtype: torch.int8"),
         (lambda: aiter.per_group_quant_hip(x, quant_dtype=torch.float8_e4m3fn), "x: must be on"),
         (lambda: aiter.get_hip_quant("per_Token"), "quant_type"),
+        (lambda: aiter.get_hip_quant(aiter.QuantType.per_128x128), "quant_type"),
         (lambda: aiter.gemm_a8w8_blockscale(x, x, x, x, isBpreshuffled=True), "isBpreshuffled"),
         (lambda: aiter.gemm_a8w8_blockscale(x, x, x, x, dtype=torch.float32), "dtype"),
         (lambda: aiter.fused_rms_fp8_group_quant(x, x[0], 1e-6, x), "inp2_weight"),
@@ -137,7 +142,7 @@ def test_residual_out_errors_name_the_argument():
         (lambda: ops.fused_add_rmsnorm(x, rr[:, :256], w, residual_out=rr[:, 8:264]), ValueError,
          "residual_out: overlaps residual"),
         (lambda: ops.fused_add_rmsnorm(x, r, w, out=y, residual_out=y), ValueError,
-         "residual_out: overlaps out"),
+         "out: overlaps residual_out"),
         (lambda: ops.rmsnorm_group_quant(x, w, residual=r, residual_out=x), ValueError,
          "residual_out: overlaps x"),
     ]
@@ -174,10 +179,24 @@ def test_supported_answers_for_arch_names_and_without_a_gpu():
     assert "FP8" in s.why_not["gemm_a8w8_blockscale"] and "FP8" in s.why_not["nn.BlockFP8Linear"]
     assert not s["per_token_group_quant_fp8"]
     assert "gfx1100" in str(s)
+    s = supported("gfx9999")
+    assert s.arch is None and all("unknown arch 'gfx9999'" in r for r in s.why_not.values())
     if not torch.cuda.is_available():
         s = supported()
-        assert s.arch is None and not s.runs()
+        assert s.arch is None and not s.runs() and str(s).startswith("the current GPU")
         assert all("no GPU" in r for r in s.why_not.values())
+        assert str(supported(0)).startswith("cuda:0")
+        with pytest.raises(ValueError, match="device: BlockFP8Linear needs a GPU"):
+            cnn.BlockFP8Linear.from_linear(nn.Linear(256, 256))
+        with pytest.raises(ValueError, match="device: BlockFP8Linear needs a GPU"):
+            cnn.BlockFP8Linear(256, 256)
+
+
+def test_the_entry_points_are_attributes_of_the_package():
+    import codegen
+
+    assert codegen.aiter is aiter and codegen.vllm is vllm and codegen.ops is ops
+    assert aiter.QuantType.per_1x128 == 4
 
 
 def test_rmsnorm_from_module_takes_eps_and_size_as_the_source_means_them():

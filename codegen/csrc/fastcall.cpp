@@ -2,7 +2,8 @@
 // call signature, allocate the outputs, launch. A call whose signature has no plan, or whose
 // per-call checks (row count, alignment) fail, returns None and the Python path runs: it checks
 // everything, raises the errors that name the argument, and records a plan for next time.
-// A call's outputs come out of one allocation (see allocate).
+// A call's outputs come out of one allocation (see allocate). Each launch runs with its
+// tensors' device current (OnDevice).
 //
 // Signature of a tensor: dtype, device, sizes (the row count of a 2-D operand as 0, 1 or more
 // where the plan does not depend on it; a weight's length exactly) and strides: what the Python
@@ -12,6 +13,8 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/TensorImpl.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -108,6 +111,17 @@ void* stream(const at::Tensor& t) {
   return out;
 }
 
+// The launch's device made current where it is not, and the one before it again after (a
+// launch goes to the current device, whatever its pointers; torch's ops guard the same way).
+struct OnDevice {
+  c10::OptionalDeviceGuard guard;
+  explicit OnDevice(const at::Device& d) {
+    if (d.is_cuda() && c10::impl::getDeviceGuardImpl(d.type())->getDevice() != d) {
+      guard.reset_device(d);
+    }
+  }
+};
+
 bool aligned(const at::Tensor& t) {
   if (reinterpret_cast<uintptr_t>(t.data_ptr()) % 16) return false;
   return t.dim() == 1 || t.size(0) <= 1 || (t.stride(0) * t.element_size()) % 16 == 0;
@@ -195,31 +209,49 @@ bool residual_ok(PyObject* o, int64_t t) {
   return o == Py_None || (tensor(o).size(0) == t && aligned(tensor(o)));
 }
 
-// The bytes from the first element of a [t, h] or [h] operand to past its last.
-std::pair<uintptr_t, uintptr_t> span(const at::Tensor& t) {
-  const auto start = reinterpret_cast<uintptr_t>(t.data_ptr());
-  if (t.numel() == 0) return {start, start};
-  const int64_t rows = t.dim() == 2 ? t.size(0) : 1, h = t.size(t.dim() - 1);
-  return {start, start + uintptr_t(((rows - 1) * t.stride(0) + h) * t.element_size())};
+// Whether two [t, h] / [h] operands share a byte (as ops/_common.py's overlap): exact for rows
+// of one stride, by the spans they cover otherwise.
+bool overlap(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  struct Rows { int64_t p, rows, stride, width; };
+  auto rows_of = [](const at::Tensor& t) {
+    const int64_t es = t.element_size(), p = reinterpret_cast<intptr_t>(t.data_ptr());
+    if (t.dim() == 1) return Rows{p, 1, 0, t.size(0) * t.stride(0) * es};
+    return Rows{p, t.size(0), t.stride(0) * es, ((t.size(1) - 1) * t.stride(1) + 1) * es};
+  };
+  const Rows A = rows_of(a), B = rows_of(b);
+  if (A.p + (A.rows - 1) * A.stride + A.width <= B.p ||
+      B.p + (B.rows - 1) * B.stride + B.width <= A.p) {
+    return false;
+  }
+  const int64_t s = A.rows == 1 ? B.stride : A.stride;  // a single row has no stride of its own
+  if ((B.rows > 1 && B.stride != s) || s <= 0) return true;
+  // row i of a and row j of b meet where d - A.width < (i - j) * s < d + B.width
+  const int64_t d = B.p - A.p, num = d - A.width;
+  const int64_t k = std::max(num / s - (num % s < 0 ? 1 : 0) + 1, 1 - B.rows);
+  return k <= A.rows - 1 && k * s < d + B.width;
 }
 
-// residual_out (a[out]) is None, residual (a[res]) itself, or apart from every operand given
-// (as the Python path's _check_apart, which raises where this declines).
-bool residual_out_apart(PyObject* const* a, int res, int out,
-                        std::initializer_list<const at::Tensor*> others) {
-  if (a[out] == Py_None) return true;
-  const at::Tensor &ro = tensor(a[out]), &r = tensor(a[res]);
-  if (ro.data_ptr() == r.data_ptr() && ro.strides() == r.strides()) return true;
-  const auto [lo, hi] = span(ro);
-  auto apart = [&](const at::Tensor& t) {
-    const auto [start, end] = span(t);
-    return !(lo < end && start < hi);
-  };
-  if (!apart(r)) return false;
-  for (const at::Tensor* t : others) {
-    if (!apart(*t)) return false;
+bool same(const at::Tensor& a, const at::Tensor& b) {
+  return a.data_ptr() == b.data_ptr() && a.strides() == b.strides() && a.sizes() == b.sizes();
+}
+
+// What the kernels write shares no memory with the other operands (as the Python path's
+// check_written, which raises where this declines): out (where given) is x itself or apart from
+// x, w and the residuals; the residual sum goes into residual_out (residual itself or apart from
+// it), else into residual, apart from x and w either way.
+bool written_apart(const at::Tensor& x, const at::Tensor& w, PyObject* res, PyObject* res_out,
+                   const at::Tensor* out) {
+  const at::Tensor* r = res == Py_None ? nullptr : &tensor(res);
+  const at::Tensor* ro = res_out == Py_None ? nullptr : &tensor(res_out);
+  if (out != nullptr && ((!same(*out, x) && overlap(*out, x)) || overlap(*out, w) ||
+                         (r && overlap(*out, *r)) || (ro && overlap(*out, *ro)))) {
+    return false;
   }
-  return true;
+  if (r == nullptr) return true;
+  const at::Tensor& sum = ro ? *ro : *r;
+  if (ro && !same(*ro, *r) && overlap(*ro, *r)) return false;
+  return !overlap(sum, x) && !overlap(sum, w);
 }
 void* optional_ptr(PyObject* o) { return o == Py_None ? nullptr : ptr(tensor(o)); }
 int64_t optional_stride(PyObject* o) { return o == Py_None ? 0 : row_stride_bytes(tensor(o)); }
@@ -245,12 +277,13 @@ PyObject* quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
     if (!THPVariable_Check(a[2])) Py_RETURN_NONE;
     q = tensor(a[2]);
     if (q.sizes() != x.sizes() || q.scalar_type() != p->out_dtype || q.device() != x.device() ||
-        !q.is_contiguous() || reinterpret_cast<uintptr_t>(q.data_ptr()) % 16) {
+        !q.is_contiguous() || reinterpret_cast<uintptr_t>(q.data_ptr()) % 16 || overlap(q, x)) {
       Py_RETURN_NONE;   // the Python path says what is wrong
     }
     s = std::move(allocate(x, {scales(t, *p)})[0]);
   }
   if (t > 0) {
+    const OnDevice current(x.device());
     const int64_t col = p->layout == kCol ? t : (t + 3) / 4 * 4;
     const int rc = reinterpret_cast<QuantFn>(p->fn)(
         x.data_ptr(), ptr(q), ptr(s), t * p->groups, p->groups, x.stride(0) * x.element_size(),
@@ -279,17 +312,19 @@ PyObject* norm(PyObject*, PyObject* const* a, Py_ssize_t n) {
   }
   at::Tensor y;
   if (a[5] == Py_None) {
+    if (!written_apart(x, w, a[2], a[4], nullptr)) Py_RETURN_NONE;
     y = at::empty({t, h}, x.options());
   } else {
     if (!THPVariable_Check(a[5])) Py_RETURN_NONE;
     y = tensor(a[5]);
     if (y.sizes() != x.sizes() || y.scalar_type() != x.scalar_type() ||
-        y.device() != x.device() || !y.is_contiguous() || !aligned(y)) {
+        y.device() != x.device() || !y.is_contiguous() || !aligned(y) ||
+        !written_apart(x, w, a[2], a[4], &y)) {
       Py_RETURN_NONE;
     }
   }
-  if (a[2] != Py_None && !residual_out_apart(a, 2, 4, {&x, &w, &y})) Py_RETURN_NONE;
   if (t > 0) {
+    const OnDevice current(x.device());
     const int rc = reinterpret_cast<NormFn>(p->fn)(
         x.data_ptr(), optional_ptr(a[2]), optional_ptr(a[4]), w.data_ptr(), ptr(y), t, h,
         row_stride_bytes(x), optional_stride(a[2]), optional_stride(a[4]), p->eps, stream(x));
@@ -310,12 +345,13 @@ PyObject* norm_quant(PyObject*, PyObject* const* a, Py_ssize_t n) {
   const at::Tensor& w = tensor(a[2]);
   const int64_t t = x.size(0), h = x.size(1);
   if (t > kMaxRows || !aligned(x) || !aligned(w) || !residual_ok(a[3], t) ||
-      !residual_ok(a[4], t) || (a[3] != Py_None && !residual_out_apart(a, 3, 4, {&x, &w}))) {
+      !residual_ok(a[4], t) || !written_apart(x, w, a[3], a[4], nullptr)) {
     Py_RETURN_NONE;
   }
   auto outs = allocate(x, {contiguous(t, h, p->out_dtype), scales(t, *p)});
   at::Tensor &q = outs[0], &s = outs[1];
   if (t > 0) {
+    const OnDevice current(x.device());
     const int rc = reinterpret_cast<NormQuantFn>(p->fn)(
         x.data_ptr(), optional_ptr(a[3]), optional_ptr(a[4]), w.data_ptr(), ptr(q), ptr(s),
         nullptr, t, h, row_stride_bytes(x), optional_stride(a[3]), optional_stride(a[4]),
@@ -347,6 +383,7 @@ PyObject* dual(PyObject*, PyObject* const* a, Py_ssize_t n) {
                            contiguous(t, hkv, kv.scalar_type())});
   at::Tensor &q8 = outs[0], &s = outs[1], &kv_out = outs[2];
   if (t > 0) {
+    const OnDevice current(q.device());
     const int rc = reinterpret_cast<DualFn>(p->fn)(
         q.data_ptr(), qw.data_ptr(), ptr(q8), ptr(s), kv.data_ptr(), kw.data_ptr(), ptr(kv_out),
         t, hq, hkv, row_stride_bytes(q), row_stride_bytes(kv), s.stride(0), s.stride(1),
@@ -375,6 +412,7 @@ PyObject* gemm(PyObject*, PyObject* const* a, Py_ssize_t n) {
   const int64_t* g = p->gemm_args;
   at::Tensor out = at::empty({g[0], g[1]}, A.options().dtype(p->out_dtype));
   if (g[0] > 0 && g[1] > 0) {
+    const OnDevice current(A.device());
     const int rc = reinterpret_cast<GemmFn>(p->fn)(
         A.data_ptr(), B.data_ptr(), tensor(a[2]).data_ptr(), tensor(a[4]).data_ptr(), ptr(out),
         g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], stream(A));

@@ -46,8 +46,9 @@ def device_fp8(device: torch.device) -> tuple[torch.dtype, float]:
     from ..dispatch import arch_of
     from ..targets import get_target
 
-    if device.type != "cuda":
-        raise ValueError(f"device: BlockFP8Linear needs a GPU (cuda/hip device), got {device}")
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise ValueError(f"device: BlockFP8Linear needs a GPU (cuda/hip device), got {device}"
+                         + ("" if device.type != "cuda" else " with no GPU visible to torch"))
     index = device.index if device.index is not None else torch.cuda.current_device()
     target = get_target(arch_of(index))
     if not target.has_fp8:
@@ -114,7 +115,8 @@ class BlockFP8Linear(nn.Module):
         the linear's own if it is on a GPU, else the current one)."""
         w = linear.weight.detach()
         device = torch.device(device) if device is not None else (
-            w.device if w.is_cuda else torch.device("cuda", torch.cuda.current_device()))
+            w.device if w.is_cuda or not torch.cuda.is_available() else
+            torch.device("cuda", torch.cuda.current_device()))
         fp8, fmax = device_fp8(device)
         q, s = quantize_weight(w.to(device), fp8, fmax)
         return cls.from_fp8(q, s, linear.bias, out_dtype=w.dtype if w.dtype in (
@@ -239,6 +241,8 @@ class RMSNorm(nn.Module):
             y = ops.rmsnorm(x2, w, self.eps)
         if flat and not self.quantize:
             y = y.view(x.shape)
+        if r2 is not None and flat and not residual.is_contiguous():
+            residual.copy_(r2.view(residual.shape))     # reshape may have copied: the sum back
         return y if residual is None else (y, residual)
 
     def extra_repr(self) -> str:

@@ -83,11 +83,67 @@ def multiprocessors(t: torch.Tensor) -> int:
 # bound once: the eager paths call them on every launch
 is_compiling = torch.compiler.is_compiling
 raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0)
+_get_device = getattr(torch._C, "_cuda_getDevice", lambda: -1)
+_set_device = getattr(torch._C, "_cuda_setDevice", None)
 
 
-def stream(t: torch.Tensor) -> int:
+def launch(fn, t: torch.Tensor, *args) -> int:
+    """fn(*args, stream) on t's device and its current stream, that device made current for
+    the call (as torch's own ops do: a launch goes to the current device, whatever its
+    pointers)."""
     dev = t.get_device()
-    return raw_stream(dev) if dev >= 0 else 0
+    if dev < 0:
+        return fn(*args, 0)
+    prev = _get_device()
+    if prev == dev:
+        return fn(*args, raw_stream(dev))
+    _set_device(dev)
+    try:
+        return fn(*args, raw_stream(dev))
+    finally:
+        _set_device(prev)
+
+
+def check_written(name: str, t: torch.Tensor, in_place: str | None = None, **others) -> None:
+    """t, which a kernel writes, shares no memory with the operands in others (None: absent),
+    except the one named in_place, which it may be exactly: the kernels read and write rows in
+    no particular order."""
+    for other, o in others.items():
+        if o is None or not overlap(t, o):
+            continue
+        if other == in_place and t.data_ptr() == o.data_ptr() and t.stride() == o.stride() \
+                and t.shape == o.shape:
+            continue
+        must = f"be {in_place} itself or " if in_place else ""
+        raise ValueError(f"{name}: overlaps {other}; it must {must}share no memory with the "
+                         f"other operands")
+
+
+def _rows_of(t: torch.Tensor) -> tuple[int, int, int, int]:
+    """(first byte, rows, row stride, row length) in bytes of a [T, H] or [H] operand."""
+    es = t.element_size()
+    if t.dim() == 1:
+        return t.data_ptr(), 1, 0, t.shape[0] * t.stride(0) * es if t.shape[0] else 0
+    rows, h = t.shape
+    return t.data_ptr(), rows, t.stride(0) * es, ((h - 1) * t.stride(1) + 1) * es
+
+
+def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two [T, H] / [H] operands share a byte: exact for rows of one stride (columns
+    of one buffer side by side), by the spans they cover otherwise."""
+    if a.numel() == 0 or b.numel() == 0:
+        return False
+    pa, ra, sa, wa = _rows_of(a)
+    pb, rb, sb, wb = _rows_of(b)
+    if pa + (ra - 1) * sa + wa <= pb or pb + (rb - 1) * sb + wb <= pa:
+        return False
+    s = sb if ra == 1 else sa          # a single row has no stride of its own
+    if rb > 1 and sb != s or s <= 0:
+        return True
+    # row i of a and row j of b meet where d - wa < (i - j) * s < d + wb
+    d = pb - pa
+    k = max((d - wa) // s + 1, 1 - rb)
+    return k <= ra - 1 and k * s < d + wb
 
 
 def check_rc(rc: int, what: str) -> None:

@@ -95,15 +95,16 @@ def address(fn) -> int:
 
 def call(name: str, params: tuple, *tensors):
     """The C++ path's result for an eager call of op `name`, or None (no plan for its
-    signature, an unhashable parameter, or no extension)."""
-    fast = MOD or module()
+    signature, an unhashable parameter, or no extension: keep() starts its build, after a
+    call's first launch)."""
+    fast = MOD
     if fast is None:
         return None
     try:
         pid = IDS.get(params)
-        if pid is None:
-            pid = param_id(params)
     except TypeError:          # an unhashable parameter: the Python path says what is wrong
+        return None
+    if pid is None:            # parameters no plan was recorded with
         return None
     return getattr(fast, name)(pid, *tensors)
 

@@ -8,7 +8,7 @@ from ..families import gemm as fam
 from ..targets import get_target
 from . import _fast
 from ._common import (CACHES, LIB, arch, check_rc, check_tensor, is_compiling as _is_compiling,
-                      launcher, multiprocessors, on_emulator, raw_stream, stream)
+                      launch, launcher, multiprocessors, on_emulator)
 
 LIB.define("gemm_a8w8_blockscale(Tensor a, Tensor a_scales, Tensor b, Tensor b_scales) -> Tensor")
 
@@ -57,14 +57,16 @@ def _impl(a, a_scales, b, b_scales, config: dict | None = None):
     out = torch.empty((m, n), dtype=torch.bfloat16, device=a.device)
     if m == 0 or n == 0:
         return out
+    if k == 0:             # an empty sum
+        return out.zero_()
     fn, uri = _kernel(a, m, n, k) if config is None else _launcher(a, config)
     args = (m, n, k, a.stride(0), b.stride(0), a_scales.stride(0), a_scales.stride(1),
             b_scales.stride(0), b_scales.stride(1))
     if config is None and not torch.compiler.is_compiling():
         _plans[_plan_key(a, a_scales, b, b_scales)] = (fn, uri, m, n, k, args)
         _fast.keep(_fast.GEMM, (), tensors, (fn, uri), torch.bfloat16, args)
-    rc = fn(a.data_ptr(), b.data_ptr(), a_scales.data_ptr(), b_scales.data_ptr(), out.data_ptr(),
-            *args, stream(a))
+    rc = launch(fn, a, a.data_ptr(), b.data_ptr(), a_scales.data_ptr(), b_scales.data_ptr(),
+                out.data_ptr(), *args)
     check_rc(rc, uri)
     return out
 
@@ -141,9 +143,8 @@ def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tenso
     fn, uri, m, n, k, args = plan
     out = a.new_empty((m, n), dtype=torch.bfloat16)
     if m and n:
-        dev = key[12]
-        rc = fn(pa, pb, a_scales.data_ptr(), b_scales.data_ptr(), out.data_ptr(), *args,
-                raw_stream(dev) if dev >= 0 else 0)
+        rc = launch(fn, a, pa, pb, a_scales.data_ptr(), b_scales.data_ptr(), out.data_ptr(),
+                    *args)
         if rc:
             check_rc(rc, uri)
     return out

@@ -1,15 +1,17 @@
 """per_token_group_quant_fp8: FP8 quantization with one fp32 scale per group of G values."""
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from ..dispatch import Unsupported
 from ..families import quant as fam
 from ..targets import get_target
 from . import _fast
-from ._common import aligned_copy, check_out as check_any_out
+from ._common import aligned_copy, check_out as check_any_out, check_written
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_rc, check_tensor, is_compiling as
-                      _is_compiling, launcher, stream)
+                      _is_compiling, launch, launcher)
 
 SCALE_LAYOUTS = ("row", "col", "col_tma")
 GROUP_SIZES = (32, 64, 128)
@@ -48,9 +50,9 @@ def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype, kernel=None, o
         return q, s
     fn, uri = kernel or _kernel(x, group_size, scale_layout, ue8m0, fp8_max)
     groups = h // group_size
-    rc = fn(x.data_ptr(), q.data_ptr(), s.data_ptr(), t * groups, groups,
-            x.stride(0) * x.element_size(), scale_col_stride(t, scale_layout),
-            fam.GRID_WAVES, stream(x))
+    rc = launch(fn, x, x.data_ptr(), q.data_ptr(), s.data_ptr(), t * groups, groups,
+                x.stride(0) * x.element_size(), scale_col_stride(t, scale_layout),
+                fam.GRID_WAVES)
     if rc:
         check_rc(rc, uri)
     return q, s
@@ -92,7 +94,13 @@ def resolve_fp8(x: torch.Tensor, fp8_dtype, fp8_max) -> tuple[torch.dtype, float
     return dtype, fmt.max
 
 
+def check_group_type(group_size) -> None:
+    if isinstance(group_size, bool) or not isinstance(group_size, numbers.Integral):
+        raise TypeError(f"group_size: expected an int, got {type(group_size).__name__}")
+
+
 def check_group(h: int, group_size: int, scale_layout: str) -> None:
+    check_group_type(group_size)
     if group_size not in GROUP_SIZES:
         raise ValueError(f"group_size: {group_size} not supported; expected one of {GROUP_SIZES}")
     if h % group_size:
@@ -104,9 +112,11 @@ def check_group(h: int, group_size: int, scale_layout: str) -> None:
 def check_out(out, x: torch.Tensor, dtype: torch.dtype, name: str = "out") -> None:
     """out, the caller's q: as any op's out, and 16-byte aligned on eager calls."""
     check_any_out(out, x, dtype, name)
-    if not _is_compiling() and out.data_ptr() % 16:     # traced calls copy into out
-        raise ValueError(f"{name}: must start on a 16-byte boundary (the kernels store rows in "
-                         f"8-byte pieces from there)")
+    if not _is_compiling():     # traced calls copy into out
+        if out.data_ptr() % 16:
+            raise ValueError(f"{name}: must start on a 16-byte boundary (the kernels store rows "
+                             f"in 8-byte pieces from there)")
+        check_written(name, out, x=x)
 
 
 _plans: dict[tuple, tuple] = {}
@@ -135,8 +145,8 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
             return res
     # Everything but T is checked once per plan key; the eager path then allocates and launches.
     try:
-        key = (x.dtype, x.get_device(), x.dim(), x.shape[-1], x.stride(-1), group_size,
-               scale_layout, ue8m0, fp8_dtype, fp8_max)
+        key = (x.dtype, x.get_device(), x.dim(), x.shape[-1], x.stride(-1), min(len(x), 2),
+               group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
         plan = _plans.get(key)
     except (AttributeError, TypeError, IndexError):     # not a tensor, 0-d, unhashable
         key = plan = None

@@ -1,4 +1,4 @@
-"""RMSNorm ops (NUMERICS.md, "RMSNorm family"): rmsnorm, fused_add_rmsnorm, rmsnorm_group_quant,
+"""RMSNorm ops (docs/numerics.md, "RMSNorm family"): rmsnorm, fused_add_rmsnorm, rmsnorm_group_quant,
 dual_rmsnorm_group_quant.
 
 Every row is normalized by the same code (templates/include/codegen/rmsnorm.cuh) with a sum
@@ -9,6 +9,7 @@ w.float())), and dual_rmsnorm_group_quant == rmsnorm_group_quant(q) + rmsnorm(kv
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -18,13 +19,14 @@ from . import _fast
 from ._common import aligned_copy as _aligned_copy
 from ._common import rows_aligned as _rows_aligned
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_out, check_rc, check_tensor,
-                      is_compiling as _is_compiling, launcher, stream)
-from .quant import SCALE_LAYOUTS, empty_scales, resolve_fp8
+                      check_written, is_compiling as _is_compiling, launch, launcher)
+from .quant import SCALE_LAYOUTS, check_group_type, empty_scales, resolve_fp8
 
 QUANT_DTYPES = (torch.bfloat16, torch.float16)
 QUANT_GROUP_SIZES = (64, 128)
 MAX_H = 1 << 24          # H as a float is exact, byte offsets within a row fit in 32 bits
 MAX_T = (1 << 31) - 1
+FLT_MAX = 3.4028234663852886e38
 
 def _row_stride_bytes(t: torch.Tensor) -> int:
     return t.stride(0) * t.element_size() if t.shape[0] > 1 else t.shape[1] * t.element_size()
@@ -80,39 +82,27 @@ def _check_residuals(residual, residual_out, x) -> None:
         _check_residual(residual_out, x, "residual_out")
 
 
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    """The bytes from the first element of a [T, H] or [H] operand to past its last."""
-    if t.numel() == 0:
-        return t.data_ptr(), t.data_ptr()
-    rows, h = (t.shape[0], t.shape[1]) if t.dim() == 2 else (1, t.shape[0])
-    return t.data_ptr(), t.data_ptr() + ((rows - 1) * t.stride(0) + h) * t.element_size()
-
-
-def _check_apart(residual_out, residual, **others) -> None:
-    """residual_out is residual itself (in place) or shares no memory with the other operands:
-    the kernels read and write rows of different tensors in no particular order."""
-    if residual_out.data_ptr() == residual.data_ptr() and \
-            residual_out.stride() == residual.stride():
-        return
-    lo, hi = _span(residual_out)
-    for name, t in {"residual": residual, **others}.items():
-        start, end = _span(t)
-        if lo < end and start < hi:
-            raise ValueError(f"residual_out: overlaps {name}; it must be residual itself or "
-                             f"share no memory with the other operands")
+def _check_sum_written(x, weight, residual, residual_out) -> None:
+    """The residual sum goes into residual_out (residual itself, or apart from it), else into
+    residual: apart from x and weight either way."""
+    if residual_out is not None:
+        check_written("residual_out", residual_out, "residual", residual=residual, x=x,
+                      weight=weight)
+    else:
+        check_written("residual", residual, x=x, weight=weight)
 
 
 def _check_eps(eps) -> float:
-    try:
-        value = float(eps)
-    except (TypeError, ValueError):
-        raise TypeError(f"eps: expected a float, got {type(eps).__name__}") from None
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"eps: must be finite and >= 0, got {eps}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"eps: expected a float, got {type(eps).__name__}")
+    value = float(eps)
+    if not math.isfinite(value) or value < 0 or value > FLT_MAX:
+        raise ValueError(f"eps: must be >= 0 and finite in fp32 (the kernels' eps), got {eps}")
     return value
 
 
 def _check_quant(name: str, h: int, group_size, scale_layout) -> None:
+    check_group_type(group_size)
     if group_size not in QUANT_GROUP_SIZES:
         raise ValueError(f"group_size: {group_size} not supported; expected one of "
                          f"{QUANT_GROUP_SIZES}")
@@ -146,9 +136,11 @@ _plans: dict[tuple, _Plan] = {}
 CACHES.append(_plans)
 
 
-def _signature(t: torch.Tensor) -> tuple:
+def _signature(t: torch.Tensor | None) -> tuple | None:
     # rows as 0, 1 or more: the row stride and last-dim stride checks depend on that alone.
     # get_device() is -1 off the GPU, where the checks fail and nothing is kept.
+    if t is None:
+        return None
     return (t.dtype, t.get_device(), t.shape[-1], t.stride(), min(t.shape[0], 2))
 
 
@@ -201,8 +193,11 @@ def _norm(x, residual, weight, eps, kernels=None, out=None, record=None, residua
     y = x.new_empty((t, h)) if out is None else out
     if t == 0:
         return y
-    if residual_out is not None:
-        _check_apart(residual_out, residual, x=x, weight=weight, out=y)
+    if out is not None:
+        check_written("out", y, "x", x=x, weight=weight, residual=residual,
+                      residual_out=residual_out)
+    if residual is not None:
+        _check_sum_written(x, weight, residual, residual_out)
     # 16-byte accesses when every row of every operand starts on a 16-byte boundary
     vector = (h * x.element_size()) % 16 == 0 and _rows_aligned(x) and _rows_aligned(weight) \
         and _rows_aligned(y) and (residual is None or _rows_aligned(residual)) \
@@ -210,11 +205,11 @@ def _norm(x, residual, weight, eps, kernels=None, out=None, record=None, residua
     hit = kernels.get(vector) if kernels is not None else None
     fn, uri = hit or _kernel(kernels, vector, "rmsnorm", x, dtype=DTYPE_NAMES[x.dtype],
                              residual=residual is not None, load="vec16" if vector else "scalar")
-    rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(),
-            None if residual_out is None else residual_out.data_ptr(), weight.data_ptr(),
-            y.data_ptr(), t, h, _row_stride_bytes(x),
-            0 if residual is None else _row_stride_bytes(residual),
-            0 if residual_out is None else _row_stride_bytes(residual_out), eps, stream(x))
+    rc = launch(fn, x, x.data_ptr(), None if residual is None else residual.data_ptr(),
+                None if residual_out is None else residual_out.data_ptr(), weight.data_ptr(),
+                y.data_ptr(), t, h, _row_stride_bytes(x),
+                0 if residual is None else _row_stride_bytes(residual),
+                0 if residual_out is None else _row_stride_bytes(residual_out), eps)
     if rc:
         check_rc(rc, uri)
     if record is not None and vector:
@@ -290,9 +285,7 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     y = _fast.call("norm", ("fused_add_rmsnorm", eps), x, residual, weight, residual_out, out)
     if y is not None:
         return y
-    tensors = (x, residual, weight) if residual_out is None else (x, residual, weight,
-                                                                  residual_out)
-    plan = _planned(("fused_add_rmsnorm", eps), tensors, check)
+    plan = _planned(("fused_add_rmsnorm", eps), (x, residual, weight, residual_out), check)
     _check_row_count("x", x)
     if residual.shape[0] != x.shape[0] or (residual_out is not None
                                            and residual_out.shape[0] != x.shape[0]):
@@ -337,9 +330,10 @@ def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp
         return q, s
     if residual_out is not None:
         _check_aligned_residual(residual_out, "residual_out")
-        _check_apart(residual_out, residual, x=x, weight=weight)
     elif residual is not None:
         _check_aligned_residual(residual)
+    if residual is not None:
+        _check_sum_written(x, weight, residual, residual_out)
     if record is not None and y is None and _rows_aligned(x) and _rows_aligned(weight):
         keep = (x, weight, residual, residual_out)
     else:
@@ -351,12 +345,12 @@ def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp
     fn, uri = hit or _kernel(kernels, ue8m0, "rmsnorm_group_quant", x,
                              dtype=DTYPE_NAMES[x.dtype], group_size=group_size, ue8m0=ue8m0,
                              residual=residual is not None, fp8_max=fp8_max)
-    rc = fn(x.data_ptr(), None if residual is None else residual.data_ptr(),
-            None if residual_out is None else residual_out.data_ptr(), weight.data_ptr(),
-            q.data_ptr(), s.data_ptr(), None if y is None else y.data_ptr(), t, h,
-            _row_stride_bytes(x), 0 if residual is None else _row_stride_bytes(residual),
-            0 if residual_out is None else _row_stride_bytes(residual_out), s.stride(0),
-            s.stride(1), eps, stream(x))
+    rc = launch(fn, x, x.data_ptr(), None if residual is None else residual.data_ptr(),
+                None if residual_out is None else residual_out.data_ptr(), weight.data_ptr(),
+                q.data_ptr(), s.data_ptr(), None if y is None else y.data_ptr(), t, h,
+                _row_stride_bytes(x), 0 if residual is None else _row_stride_bytes(residual),
+                0 if residual_out is None else _row_stride_bytes(residual_out), s.stride(0),
+                s.stride(1), eps)
     check_rc(rc, uri)
     if keep is not None:
         _fast.keep(_fast.NORM_QUANT, record, keep, (fn, uri), fp8_dtype,
@@ -411,9 +405,8 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
         qs = _fast.call("norm_quant", params, x, weight, residual, residual_out)
         if qs is not None:
             return qs
-    tensors = tuple(t for t in (x, weight, residual, residual_out) if t is not None)
-    plan = _planned(("rmsnorm_group_quant", eps, group_size, scale_layout, fp8_max), tensors,
-                    check)
+    plan = _planned(("rmsnorm_group_quant", eps, group_size, scale_layout, fp8_max),
+                    (x, weight, residual, residual_out), check)
     eps, fp8_dtype, fmax = plan.value
     _check_row_count("x", x)
     if residual is not None and (residual.shape[0] != x.shape[0] or (
@@ -456,10 +449,10 @@ def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0,
     fn, uri = hit or _kernel(kernels, bool(ue8m0), "dual_rmsnorm_group_quant", q,
                       dtype=DTYPE_NAMES[q.dtype], group_size=group_size, ue8m0=bool(ue8m0),
                       fp8_max=fp8_max)
-    rc = fn(q.data_ptr(), q_weight.data_ptr(), q_fp8.data_ptr(), q_scales.data_ptr(),
-            kv.data_ptr(), kv_weight.data_ptr(), kv_out.data_ptr(), t, hq, hkv,
-            _row_stride_bytes(q), _row_stride_bytes(kv), q_scales.stride(0),
-            q_scales.stride(1), eps, stream(q))
+    rc = launch(fn, q, q.data_ptr(), q_weight.data_ptr(), q_fp8.data_ptr(), q_scales.data_ptr(),
+                kv.data_ptr(), kv_weight.data_ptr(), kv_out.data_ptr(), t, hq, hkv,
+                _row_stride_bytes(q), _row_stride_bytes(kv), q_scales.stride(0),
+                q_scales.stride(1), eps)
     check_rc(rc, uri)
     if keep is not None:
         _fast.keep(_fast.DUAL, record, keep, (fn, uri), fp8_dtype,

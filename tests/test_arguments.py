@@ -1,0 +1,170 @@
+"""Bad input gets an error that names the argument, on the CPU: the ops' checks run against a
+stand-in device whose kernels do nothing, so what is tested is what reaches a launch.
+
+Operands a kernel writes share no memory with the others (the kernels read and write rows in
+no particular order), checks kept per call signature still hold for the calls after, and
+parameters of the wrong type or range are refused before they reach a kernel.
+"""
+import pytest
+import torch
+
+from codegen import ops, vllm
+from codegen import nn as cnn
+from codegen.ops import _common, _fast
+
+BF = torch.bfloat16
+
+
+class NoOpKernels:
+    """A stand-in device: every kernel loads, and a launch does nothing."""
+    arch = "sm_90a"
+    multiprocessors = 132
+
+    def __init__(self):
+        self.launches = 0
+
+    def kernel(self, variant):
+        def launch(*args):
+            self.launches += 1
+            return 0
+        return launch
+
+
+@pytest.fixture
+def device():
+    dev = NoOpKernels()
+    _common.attach_emulated(dev)
+    yield dev
+    _common.attach_emulated(None)
+
+
+def rows(t, h, dtype=BF):
+    return torch.randn(t, h).to(dtype)
+
+
+def test_written_operands_share_no_memory_with_the_others(device):
+    x, w, r = rows(4, 256), rows(1, 256)[0], rows(4, 256)
+    buf = torch.zeros(5 * 256, dtype=BF)
+    shifted_x, shifted_y = buf[256:].view(4, 256), buf[:1024].view(4, 256)
+    y = torch.empty_like(x)
+    x_as_fp8 = torch.empty(0, dtype=torch.float8_e4m3fn).set_(x.untyped_storage(), 0,
+                                                              (4, 256), (256, 1))
+    cases = [
+        (lambda: ops.rmsnorm(x, y[0], out=y), "out: overlaps weight"),
+        (lambda: ops.rmsnorm(shifted_x, w, out=shifted_y), "out: overlaps x"),
+        (lambda: ops.fused_add_rmsnorm(x, r, w, out=r), "out: overlaps residual"),
+        (lambda: ops.fused_add_rmsnorm(shifted_x, shifted_y, w), "residual: overlaps x"),
+        (lambda: ops.fused_add_rmsnorm(x, r, r[1]), "residual: overlaps weight"),
+        (lambda: ops.fused_add_rmsnorm(x, r, w, residual_out=shifted_y, out=shifted_x),
+         "out: overlaps residual_out"),
+        (lambda: ops.rmsnorm_group_quant(shifted_x, w, residual=shifted_y),
+         "residual: overlaps x"),
+        (lambda: ops.rmsnorm_group_quant(x, r[2], residual=r), "residual: overlaps weight"),
+        (lambda: ops.per_token_group_quant_fp8(x, out=x_as_fp8), "out: overlaps x"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert device.launches == 0
+    # in place where the op says so, and columns of one buffer side by side
+    ops.rmsnorm(x, w, out=x)
+    ops.fused_add_rmsnorm(x, r, w, out=x)
+    ops.fused_add_rmsnorm(x, r, w, residual_out=r)
+    wide = rows(4, 512)
+    ops.fused_add_rmsnorm(wide[:, :256], wide[:, 256:], w)
+    ops.rmsnorm_group_quant(wide[:, :256], w, residual=wide[:, 256:])
+    assert device.launches == 5
+
+
+def test_checks_kept_per_signature_hold_for_the_calls_after(device):
+    # a last dim that is not contiguous passes with no rows, and must not with four
+    strided = torch.randn(4, 512).to(BF)[:, ::2]
+    ops.per_token_group_quant_fp8(strided[:0])
+    with pytest.raises(ValueError, match="x: last dim must be contiguous"):
+        ops.per_token_group_quant_fp8(strided)
+    # the same tensor as residual, then as residual_out alone: two signatures
+    x, w, r = rows(4, 256), rows(1, 256)[0], rows(4, 256)
+    ops.rmsnorm_group_quant(x, w, residual=r)
+    with pytest.raises(ValueError, match="residual_out: given without residual"):
+        ops.rmsnorm_group_quant(x, w, residual_out=r)
+
+
+def test_parameters_of_the_wrong_type_or_range(device):
+    x, w = rows(4, 256), rows(1, 256)[0]
+    for eps, error in ((1e300, ValueError), (3.5e38, ValueError), ("1e-6", TypeError),
+                       (torch.tensor(1e-6), TypeError), (True, TypeError)):
+        with pytest.raises(error, match="eps"):
+            ops.rmsnorm(x, w, eps)
+        with pytest.raises(error, match="eps"):
+            ops.rmsnorm_group_quant(x, w, eps)
+    for call in (lambda: ops.per_token_group_quant_fp8(x, 128.0),
+                 lambda: ops.rmsnorm_group_quant(x, w, 1e-6, 128.0),
+                 lambda: vllm.rms_norm_per_block_quant(x, w, 1e-6, torch.float8_e4m3fn,
+                                                       [1, 128.0])):
+        with pytest.raises(TypeError, match="group_size: expected an int"):
+            call()
+    assert device.launches == 0
+    # parameters no plan has are not kept, whatever they are
+    before = len(_fast.IDS)
+    for _ in range(3):
+        with pytest.raises(TypeError, match="eps"):
+            ops.rmsnorm(x, w, torch.tensor(1e-6))
+    assert len(_fast.IDS) == before
+
+
+def test_vllm_names(device):
+    x = rows(4, 256)
+    with pytest.raises(ValueError, match="dtype: torch.float8_e5m2 is not"):
+        vllm.per_token_group_quant_fp8(x, 128, dtype=torch.float8_e5m2)
+    fp8 = torch.zeros(4, 256, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="output_dtype: torch.int8"):
+        vllm.w8a8_triton_block_scaled_mm(fp8, fp8, torch.ones(4, 2), torch.ones(1, 2),
+                                         [128, 128], torch.int8)
+    # an output written in place that is no view of rows: an error, not a write to a copy
+    not_rows = torch.zeros(2, 256, 2, dtype=BF).transpose(1, 2)
+    with pytest.raises(ValueError, match="out: strides"):
+        vllm.rms_norm(not_rows, torch.zeros(2, 2, 256, dtype=BF), None, 1e-6)
+    with pytest.raises(ValueError, match="residual: strides"):
+        vllm.fused_add_rms_norm(torch.zeros(2, 2, 256, dtype=BF), not_rows, None, 1e-6)
+    assert device.launches == 0
+
+
+def test_gemm_with_k_0_is_an_empty_sum(device):
+    fp8 = torch.float8_e4m3fn
+    a, b = torch.zeros(3, 16, dtype=fp8)[:, :0], torch.zeros(200, 16, dtype=fp8)[:, :0]
+    out = ops.gemm_a8w8_blockscale(a, torch.ones(3, 0), b, torch.ones(2, 0))
+    assert out.shape == (3, 200) and out.dtype == BF and not out.any()
+    assert device.launches == 0
+
+
+def test_a_launch_runs_with_its_tensors_device_current(monkeypatch):
+    calls = []
+
+    class On:       # a tensor on device 1
+        def get_device(self):
+            return 1
+
+    monkeypatch.setattr(_common, "_get_device", lambda: 0)
+    monkeypatch.setattr(_common, "_set_device", lambda d: calls.append(("set", d)))
+    monkeypatch.setattr(_common, "raw_stream", lambda d: 100 + d)
+    assert _common.launch(lambda *a: calls.append(("launch", a)) or 7, On(), "p") == 7
+    assert calls == [("set", 1), ("launch", ("p", 101)), ("set", 0)]
+    calls.clear()
+    monkeypatch.setattr(_common, "_get_device", lambda: 1)
+    _common.launch(lambda *a: calls.append(("launch", a)), On(), "p")
+    assert calls == [("launch", ("p", 101))]
+
+
+def test_rmsnorm_module_updates_a_residual_that_reshape_copies(monkeypatch):
+    """A 3-D residual whose rows are not a view: the op writes a copy, which goes back."""
+    seen = {}
+
+    def fused_add(x2, r2, w, eps):
+        seen["copy"] = r2.data_ptr() != residual.data_ptr()
+        r2.add_(1)
+        return x2.clone()
+    monkeypatch.setattr(ops, "fused_add_rmsnorm", fused_add)
+    norm = cnn.RMSNorm(256)
+    residual = torch.zeros(2, 3, 256, dtype=BF).transpose(0, 1)     # [3, 2, 256], not rows
+    _, out = norm(torch.zeros(3, 2, 256, dtype=BF), residual)
+    assert seen["copy"] and out is residual and (residual == 1).all()
