@@ -69,7 +69,7 @@ def sass(v, tmp_path) -> tuple[str, str]:
 # An L2 prefetch (UBLKPF) is not among them: it changes nothing a load sees, so kernels may
 # start their input's way into L2 before the wait.
 _GLOBAL_ACCESS = re.compile(
-    r"\b(LDG|STG|LDGSTS|UTMALDG|UTMASTG|CCTL(?!\.IVALL)|RED|ATOMG)\b")
+    r"\b(LDG|STG|LD|ST|LDGSTS|UTMALDG|UTMASTG|CCTL(?!\.IVALL)|RED|ATOMG|ATOM)\b")
 
 
 def assert_waits_before_memory(code: str) -> None:
