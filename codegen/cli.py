@@ -172,6 +172,8 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
             raise CliError(f"{op}: give the shape: --m M --n N --k K")
         if why := gemm.k_refused(k):   # as the op refuses it
             return [f"unsupported: --k {why}"]
+        if not get_target(arch).has_fp8:
+            return [f"unsupported: arch {arch} has no FP8 support"]
         entry = gemm.table(arch).get((gemm.m_bucket(m), n, k))
         cfg = gemm.pick(arch, m, n, k)
         how = (f"table hit in {gemm.table_path(arch).name} at (M bucket {gemm.m_bucket(m)}, "
@@ -185,11 +187,14 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
             params = {**cfg, "fp8": gemm.fp8_token(target, target.fp8_format().name), **params}
         else:
             params = {**cfg, **params}
-    axes = {a.name for a in load_family(op).axes}
-    unknown = set(params) - axes - {"fp8_max"}
+    axes = {a.name: a.values for a in load_family(op).axes}
+    unknown = set(params) - set(axes) - {"fp8_max"}
     if unknown:
         raise CliError(f"{op}: no axis {', '.join(sorted(unknown))}; its axes are "
                        f"{', '.join(sorted(axes))}")
+    for name, value in params.items():
+        if isinstance(axes.get(name), tuple) and value not in axes[name]:
+            raise CliError(f"{op}: {name}={value!r} is not one of {axes[name]}")
     if op == "rmsnorm" and hidden is not None and "load" not in params:
         size = {"bf16": 2, "fp16": 2, "fp32": 4}.get(params.get("dtype", "bf16"), 2)
         params = {**params, "load": "vec16" if hidden * size % 16 == 0 else "scalar"}
@@ -338,26 +343,34 @@ def _gpu_line() -> str:
 
 # ---- cache ----
 
+FASTCALL_DIR = "fastcall"     # the eager fast path's extension (ops/_fast.py)
+
+
 def cmd_cache(args) -> int:
+    """The cache folder holds one folder per arch and the fast path's; only those are listed
+    and cleared (the folder may be shared with other files)."""
     root = knobs.cache_dir()
+    if args.arch:
+        owned = [root / _target(args.arch).arch]
+    else:
+        owned = [root / a for a in (*TARGETS, FASTCALL_DIR)]
     if args.action == "clear":
-        targets = [root / _target(args.arch).arch] if args.arch else [root]
-        for t in targets:
-            if t.exists():
-                shutil.rmtree(t)
-        print(f"cleared {', '.join(map(str, targets))}")
+        cleared = [t for t in owned if t.exists()]
+        for t in cleared:
+            shutil.rmtree(t)
+        print(f"cleared {', '.join(map(str, cleared)) or 'nothing'} (in {root})")
         return 0
     print(f"JIT cache: {root} (chosen by {knobs.cache_dir_origin()})")
-    if not root.exists():
-        print("  empty")
-        return 0
     total = 0
-    for arch in sorted(p for p in root.iterdir() if p.is_dir()):
-        size = sum(f.stat().st_size for f in arch.rglob("*") if f.is_file())
-        mods = sum(1 for _ in arch.glob("*/*/artifact.json"))
+    for folder in owned:
+        if not folder.is_dir():
+            continue
+        size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+        mods = sum(1 for _ in folder.glob("*/*/artifact.json"))
         total += size
-        print(f"  {arch.name:<8} {mods:>4} modules  {size / 2**20:8.1f} MiB")
-    print(f"  total {total / 2**20:.1f} MiB")
+        what = "eager fast path" if folder.name == FASTCALL_DIR else f"{mods:>4} modules"
+        print(f"  {folder.name:<8} {what:<15} {size / 2**20:8.1f} MiB")
+    print(f"  total {total / 2**20:.1f} MiB" if total else "  empty")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Torch references: the numeric contracts of NUMERICS.md, stated in plain PyTorch (fp32 math).
+"""Torch references: the numeric contracts of docs/numerics.md, stated in plain PyTorch (fp32 math).
 
 Every generated kernel is tested against these.
 """
@@ -36,7 +36,7 @@ def group_quant_fp8(x: torch.Tensor, group_size: int, fp8_dtype: torch.dtype, fp
     return q.reshape(t, h), scale.reshape(t, h // group_size)
 
 
-# ---- RMSNorm family (NUMERICS.md, "RMSNorm family") ----
+# ---- RMSNorm family (docs/numerics.md, "RMSNorm family") ----
 # Divisions below are by full tensors: torch divides a CUDA tensor by a Python scalar as a
 # multiplication by its reciprocal, which is not the IEEE quotient.
 
@@ -93,7 +93,7 @@ def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.
     return qq, qs, rmsnorm(kv, kv_weight, eps)
 
 
-# ---- FP8 block-scale GEMM (NUMERICS.md, "FP8 block-scale GEMM") ----
+# ---- FP8 block-scale GEMM (docs/numerics.md, "FP8 block-scale GEMM") ----
 
 def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tensor,
                          b_scales: torch.Tensor, block: int = 128) -> torch.Tensor:

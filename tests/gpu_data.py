@@ -1,4 +1,4 @@
-"""Test inputs as NUMERICS.md asks: fresh random, per-row spread, outliers, tiny rows."""
+"""Test inputs as docs/numerics.md asks: fresh random, per-row spread, outliers, tiny rows."""
 import torch
 
 NAN_BYTE = 0xFF

@@ -2,7 +2,7 @@
 
 The public ops run on CPU tensors with an emulated device attached: their checks, the shipped
 launcher's grid / block / LDS decisions and the real code object, instruction by instruction.
-Contracts as on the GPU (NUMERICS.md): quant and the RMSNorm family bit-exact (fused against
+Contracts as on the GPU (docs/numerics.md): quant and the RMSNorm family bit-exact (fused against
 the unfused kernels composed, run in the emulator too), the GEMM within vLLM's tolerance.
 Every output is allocated NaN-filled (torch's fill_uninitialized_memory), so an unwritten
 element shows. Needs CODEGEN_AMD_EMULATOR (`make test-emu`); skips without it.

@@ -1,4 +1,4 @@
-"""L5: the RMSNorm family on the GPU (NUMERICS.md, "RMSNorm family").
+"""L5: the RMSNorm family on the GPU (docs/numerics.md, "RMSNorm family").
 
 - normalized values vs the torch reference: max error <= 1 ulp of the output dtype for bf16 /
   fp16 (fp32 output, outside the contract: <= 8 ulp); the measured maxima are printed and, when

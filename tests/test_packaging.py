@@ -102,6 +102,24 @@ def test_cli_exit_codes_name_the_cause(tmp_path):
     assert r.returncode == 2 and "--m M --n N --k K" in r.stderr
     r = run(["-m", "codegen", "explain", "--arch", "gfx942", "rmsnorm", "dtyp=bf16"], cwd=ROOT)
     assert r.returncode == 2 and "no axis dtyp" in r.stderr
+    r = run(["-m", "codegen", "explain", "--arch", "gfx942", "rmsnorm", "dtype=int8"], cwd=ROOT)
+    assert r.returncode == 2 and "dtype='int8' is not one of" in r.stderr
+    for m in ("1", "16"):      # an answer, not an error: no variant serves it there
+        r = run(["-m", "codegen", "explain", "--arch", "gfx1100", "gemm_a8w8_blockscale", "--m",
+                 m, "--n", "128", "--k", "128"], cwd=ROOT)
+        assert r.returncode == 0 and "no FP8 support" in r.stdout, r.stderr
+
+
+def test_cache_clear_removes_only_the_caches_folders(tmp_path):
+    (tmp_path / "gfx942" / "v").mkdir(parents=True)
+    (tmp_path / "fastcall").mkdir()
+    (tmp_path / "notes.txt").write_text("the user's")
+    env = {**os.environ, "CODEGEN_CACHE_DIR": str(tmp_path)}
+    r = run(["-m", "codegen", "cache"], cwd=ROOT, env=env)
+    assert r.returncode == 0 and "gfx942" in r.stdout and "notes" not in r.stdout
+    r = run(["-m", "codegen", "cache", "clear"], cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
 def test_explain_says_table_hit_or_heuristic():

@@ -2,7 +2,7 @@
 x / scale for every value, and div_by_fp8_max(), the group's scale amax / fp8_max.
 
 The kernels take x / scale as q0 = RN(x y) with y = RN(1 / scale), then correct it once with an
-fma residual: q = RN(q0 - RN(q0 scale - x) y). NUMERICS.md asks for the fp8 byte of the IEEE
+fma residual: q = RN(q0 - RN(q0 scale - x) y). docs/numerics.md asks for the fp8 byte of the IEEE
 quotient RN(x / scale) (clamped, then rounded to fp8). The correction leaves q faithful, and
 RN(x / scale) unless x / scale lies within 2^-23 ulp of a float32 midpoint; so the byte can only
 differ where such a midpoint is next to an fp8 rounding boundary. Those are checked for every

@@ -1,6 +1,6 @@
 // FP8 per-token-group quantization of values already in registers: the one implementation
 // shared by the standalone quant kernel and the fused RMSNorm + quant kernels, so that both
-// produce the same bytes. Contract: NUMERICS.md, "Per-token-group FP8 quant".
+// produce the same bytes. Contract: docs/numerics.md, "Per-token-group FP8 quant".
 #pragma once
 #include "codegen/arch.h"
 

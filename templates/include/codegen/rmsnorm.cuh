@@ -1,5 +1,5 @@
 // RMSNorm building blocks shared by the rmsnorm, rmsnorm_group_quant and dual_rmsnorm_group_quant
-// kernels, so that each computes the same bits for the same row. Contract: NUMERICS.md,
+// kernels, so that each computes the same bits for the same row. Contract: docs/numerics.md,
 // "RMSNorm family".
 //
 // Layout: a row of H elements is cut into chunks of 8 consecutive elements, for every dtype (one
