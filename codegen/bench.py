@@ -646,12 +646,13 @@ def source_digest(root: str | None = None) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(prog="python -m codegen.bench")
     ap.add_argument("--digest", action="store_true",
                     help="print the sources' hash (a run's `sources_digest`) and exit")
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
     ap.add_argument("--json", help="write all figures here")
-    ap.add_argument("--sections", default=",".join(SECTIONS))
+    ap.add_argument("--sections", default=",".join(SECTIONS),
+                    help=f"comma-separated, of {','.join(SECTIONS)}")
     ap.add_argument("--gemm-ms", help="the GEMM section at these M only (comma-separated)")
     ap.add_argument("--gemm-scales", choices=("row", "col_tma"), default="row",
                     help="the layout of A's scales the GEMM section gives our kernel")
@@ -659,6 +660,13 @@ def main(argv=None) -> int:
     if args.digest:
         print(source_digest())
         return 0
+    if unknown := set(args.sections.split(",")) - set(SECTIONS):
+        ap.error(f"--sections: unknown {', '.join(sorted(unknown))}; expected some of "
+                 f"{','.join(SECTIONS)}")
+    try:
+        gemm_ms = args.gemm_ms and [int(m) for m in args.gemm_ms.split(",")]
+    except ValueError:
+        ap.error(f"--gemm-ms: {args.gemm_ms!r}; expected integers, comma-separated")
     if not torch.cuda.is_available():
         print("bench: no GPU visible; nothing to measure", file=sys.stderr)
         return 1
@@ -682,8 +690,7 @@ def main(argv=None) -> int:
             "quant": lambda: quant_section(copy, out["empty_kernel_us"], args.quick),
             "rmsnorm": lambda: rmsnorm_section(copy, args.quick),
             "rmsnorm_quant": lambda: rmsnorm_quant_section(copy),
-            "gemm": lambda: gemm_section(copy, args.quick, args.gemm_ms and [
-                int(m) for m in args.gemm_ms.split(",")], args.gemm_scales),
+            "gemm": lambda: gemm_section(copy, args.quick, gemm_ms, args.gemm_scales),
             "decode": lambda: decode_section(copy, args.quick),
             "rmsnorm_kernels": lambda: rmsnorm_kernel_section(args.quick)}
     for name in sections:

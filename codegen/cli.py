@@ -65,9 +65,12 @@ def cmd_build(args) -> int:
 
     from .build.aot import build
     from .build.store import StorageError
-    from .toolchain import ToolchainError
+    from .toolchain import ToolchainError, find
 
     try:
+        if args.wheel is not None and not find(target).loadable:   # before compiling it all
+            raise CliError(f"--wheel: the toolchain found for {target.arch} builds assembly "
+                           f"only; set ROCM_PATH to a ROCm install for loadable gfx modules")
         with tqdm(desc=f"compiling for {target.arch}", unit="file", file=sys.stderr) as bar:
             manifest = build(target, ops=ops, jobs=args.jobs, out_dir=args.out,
                              progress=bar, emu=args.emu)

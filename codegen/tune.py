@@ -203,7 +203,7 @@ def write_table(path, arch: str, entries: list[dict], base: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(prog="python -m codegen.tune")
     ap.add_argument("--quick", action="store_true", help="fewer M values")
     ap.add_argument("--ms", help="only these M values (comma-separated); the table's other "
                     "entries are kept")
@@ -230,7 +230,19 @@ def main(argv=None) -> int:
         if not (t.is_hip and t.fp8_formats):
             ap.error(f"--estimates: {args.estimates} is not an AMD arch with FP8 matrix "
                      f"instructions")
-    arch = args.estimates or native_arch()
+    try:
+        ms = [int(m) for m in args.ms.split(",")] if args.ms else None
+        shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
+                  if args.shapes else fam.TUNED_SHAPES)
+    except ValueError:
+        ap.error("--ms / --shapes: expected integers (--ms 1,16) and N x K (--shapes 576x7168)")
+    if any(len(s) != 2 or min(s) < 1 for s in shapes) or any(m < 1 for m in ms or ()):
+        ap.error("--ms / --shapes: expected M >= 1 and N x K with N, K >= 1")
+    try:
+        arch = args.estimates or native_arch()
+    except RuntimeError as e:      # no GPU to tune on
+        print(f"python -m codegen.tune: {e}", file=sys.stderr)
+        return 2
     target = get_target(arch)
     fp8 = target.fp8_formats[0]
     dtype = getattr(torch, fp8.torch_dtype)
@@ -240,8 +252,7 @@ def main(argv=None) -> int:
     if args.estimates:
         print_estimates(arch, cands)
         return 0
-    ms = ([int(m) for m in args.ms.split(",")] if args.ms else
-          [1, 16, 64, 1024, 4096] if args.quick else MS)
+    ms = ms or ([1, 16, 64, 1024, 4096] if args.quick else MS)
     t0 = time.time()
     cands = without_spills(arch, cands)     # before the modules: a spilling one gets none
     compile_all(arch, cands)
@@ -254,8 +265,6 @@ def main(argv=None) -> int:
     path = args.out or fam.table_path(arch)
     full = not (args.ms or args.shapes or args.kernels)
     base = fam.table_entries(fam.table_path(arch))
-    shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
-              if args.shapes else fam.TUNED_SHAPES)
     for m in ms:   # M ascending outside: see bench.gemm_section
         for n, k in shapes:
             nbytes = m * k + n * k + m * n * 2

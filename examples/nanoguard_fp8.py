@@ -16,7 +16,9 @@ and the time to convert, torch.compile(fullgraph=True) and CUDA-graph capture of
 from __future__ import annotations
 
 import importlib.resources
+import importlib.util
 import json
+import sys
 import time
 
 import torch
@@ -199,4 +201,6 @@ def _time(fn, reps: int = 20) -> float:
 
 
 if __name__ == "__main__":
+    if importlib.util.find_spec("nanoguard") is None:
+        sys.exit("the model ships in the metatronnanoguard package: pip install '.[model]'")
     print(json.dumps(run(), indent=1))

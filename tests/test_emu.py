@@ -141,6 +141,7 @@ def test_emu_quant_boundaries_and_special_values(arch):
     q, s = ops.per_token_group_quant_fp8(x, 128)
     rq, rs = reference.group_quant_fp8(x, 128, dtype, fmax)
     assert torch.isnan(s[0, 0]) and torch.isinf(s[1, 1])
+    torch.testing.assert_close(s.contiguous(), rs, equal_nan=True, rtol=0, atol=0)
     torch.testing.assert_close(q.float(), rq.float(), equal_nan=True, rtol=0, atol=0)
 
 

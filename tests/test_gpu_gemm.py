@@ -179,6 +179,7 @@ def test_tma_kernel():
     if device_arch(torch.device("cuda")) != "sm_90a":
         pytest.skip("the tma kernel is sm_90a's")
     cfgs = [c for c in candidates("sm_90a") if c["kernel"] == "tma"]
+    assert cfgs
     compile_all("sm_90a", cfgs)
     for m, n, k in [(1, 576, 3888), (83, 2112, 7168), (130, 200, 512), (33, 2050, 128),
                     (70, 100, 256), (1000, 2112, 1024), (300, 7168, 384)]:
@@ -239,6 +240,7 @@ def test_stream_k_first_call_inside_a_graph_capture():
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             out = ops.gemm_a8w8_blockscale(a, sa, b, sb)
+        out.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, ops.gemm_a8w8_blockscale(a, sa, b, sb))
@@ -344,6 +346,7 @@ def test_compile_and_graph():
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         out = ops.gemm_a8w8_blockscale(a, sa, b, sb)
+    poison_(out)
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)

@@ -104,6 +104,15 @@ def test_cli_exit_codes_name_the_cause(tmp_path):
     assert r.returncode == 2 and "no axis dtyp" in r.stderr
     r = run(["-m", "codegen", "explain", "--arch", "gfx942", "rmsnorm", "dtype=int8"], cwd=ROOT)
     assert r.returncode == 2 and "dtype='int8' is not one of" in r.stderr
+    from codegen import knobs
+    if not knobs.rocm_path():      # assembly only (or no toolchain): refused before compiling
+        r = run(["-m", "codegen", "build", "--arch", "gfx942", "--ops", "rmsnorm", "--out",
+                 str(tmp_path / "aot"), "--wheel"], cwd=ROOT)
+        assert r.returncode == 2 and "--wheel" in r.stderr and "compiling" not in r.stderr
+    r = run(["-m", "codegen.bench", "--sections", "gem"], cwd=ROOT)
+    assert r.returncode == 2 and "--sections: unknown gem" in r.stderr
+    r = run(["-m", "codegen.tune", "--shapes", "576x"], cwd=ROOT)
+    assert r.returncode == 2 and "--shapes" in r.stderr
     for m in ("1", "16"):      # an answer, not an error: no variant serves it there
         r = run(["-m", "codegen", "explain", "--arch", "gfx1100", "gemm_a8w8_blockscale", "--m",
                  m, "--n", "128", "--k", "128"], cwd=ROOT)

@@ -106,8 +106,8 @@ def _run(out: Path, jobs, progress, total: int):
 
     def on_line(line):
         m = re.match(r"\[(\d+)/(\d+)\]", line)
-        if m:
-            progress.n = int(m.group(1))
+        if m:     # ninja's count (the precompiled header's step included)
+            progress.n, progress.total = int(m.group(1)), int(m.group(2))
             progress.refresh()
     return run_ninja(out, ["-k", "0"], jobs=jobs, on_line=on_line)
 
