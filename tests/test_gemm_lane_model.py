@@ -11,6 +11,8 @@ step by step) over small matrices with tails in M, N and K, feeding each instruc
 lanes would load and computing it as the documents define it. It must reproduce the exact
 block-scaled product; a wrong lane mapping, K order, swap or store index shows as a mismatch.
 """
+import re
+
 import numpy as np
 import pytest
 
@@ -366,6 +368,15 @@ def test_lds_stage_accesses_spread_over_the_banks(arch, atom_value):
 
     assert all(spread(a) for a in accesses(fam.lds_stage_offset))
     assert not all(spread(a) for a in accesses(lambda row, col: row * 128 + col))
+    # fam.lds_stage_offset is the rendered kernel's `at`: its column expression, evaluated
+    v = make_variant(fam.FAMILY, arch, fp8=get_target(arch).fp8_formats[0].token,
+                     **fam.config("lds", 64, 64, stages=2, atom=atom_value))
+    at = re.search(r"auto at = \[&\]\(int buf, int row, int col\) \{ return "
+                   r"&stage\[buf\]\[row\]\[(.*)\]; \};", render(v))
+    assert at, "the lds kernel's stage layout (its `at` lambda) was not found"
+    column = compile(at.group(1), "at", "eval")      # ^, &, << mean the same in Python
+    assert all(fam.lds_stage_offset(row, col) == row * 128 + eval(column, {"row": row, "col": col})
+               for row in range(256) for col in range(128))
 
 
 @pytest.mark.parametrize("name", sorted(ATOMS))
@@ -393,7 +404,8 @@ def test_documented_layouts_are_bijections(name):
 @pytest.mark.parametrize("arch,kernel,atom_value", sorted(
     {(arch, kernel, value) for arch, kernel, value, _ in uses()}))
 def test_kernel_source_uses_the_modelled_expressions(arch, kernel, atom_value):
-    """The rendered kernel carries the very expressions the model evaluated."""
+    """The rendered kernel carries the very expressions the model evaluated, each in its role:
+    the lane functions of templates/gemm_atom.inc.j2 return them, case by case in order."""
     from codegen.matrix import atom_for
 
     atom = atom_for(arch, kernel, atom_value)
@@ -402,9 +414,22 @@ def test_kernel_source_uses_the_modelled_expressions(arch, kernel, atom_value):
                                   else 16, stages=2 if kernel == "lds" else 1, atom=atom_value))
     assert validate(v) is None, validate(v)
     src = render(v)
-    for expr in (*atom.a_rows, atom.a_kgroup, atom.b_col, atom.b_kgroup,
-                 *(e for rc in atom.c for e in rc)):
-        assert expr in src, (arch, expr)
+
+    def returned(fn: str) -> list[str]:
+        """What the lane function fn returns: its one expression, or its cases in order."""
+        body = re.search(rf"int {fn}\(int lane(?:, int \w)?\) \{{(.*?)\n?\}}\n", src, re.S)
+        assert body, (arch, fn)
+        cases = re.findall(r"if \(\w == (\d+)\) return (.*?);", body.group(1))
+        if not cases:
+            return [re.fullmatch(r" return (.*); ", body.group(1)).group(1)]
+        assert [int(i) for i, _ in cases] == list(range(len(cases))), (arch, fn)
+        return [e for _, e in cases]
+    assert returned("a_row") == list(atom.a_rows)
+    assert returned("a_kgroup") == [atom.a_kgroup]
+    assert returned("b_col") == [atom.b_col]
+    assert returned("b_kgroup") == [atom.b_kgroup]
+    assert returned("c_row") == [r for r, _ in atom.c]
+    assert returned("c_col") == [c for _, c in atom.c]
     assert f"cg::{atom.name}(" in src
 
 
