@@ -216,7 +216,7 @@ bool overlap(const at::Tensor& a, const at::Tensor& b) {
   struct Rows { int64_t p, rows, stride, width; };
   auto rows_of = [](const at::Tensor& t) {
     const int64_t es = t.element_size(), p = reinterpret_cast<intptr_t>(t.data_ptr());
-    if (t.dim() == 1) return Rows{p, 1, 0, t.size(0) * t.stride(0) * es};
+    if (t.dim() == 1) return Rows{p, 1, 0, ((t.size(0) - 1) * t.stride(0) + 1) * es};
     return Rows{p, t.size(0), t.stride(0) * es, ((t.size(1) - 1) * t.stride(1) + 1) * es};
   };
   const Rows A = rows_of(a), B = rows_of(b);

@@ -123,7 +123,7 @@ def _rows_of(t: torch.Tensor) -> tuple[int, int, int, int]:
     """(first byte, rows, row stride, row length) in bytes of a [T, H] or [H] operand."""
     es = t.element_size()
     if t.dim() == 1:
-        return t.data_ptr(), 1, 0, t.shape[0] * t.stride(0) * es if t.shape[0] else 0
+        return t.data_ptr(), 1, 0, ((t.shape[0] - 1) * t.stride(0) + 1) * es
     rows, h = t.shape
     return t.data_ptr(), rows, t.stride(0) * es, ((h - 1) * t.stride(1) + 1) * es
 
