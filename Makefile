@@ -21,6 +21,7 @@ EMU_PYTEST = PATH="$(CURDIR)/.emulator/bin:$$PATH" CODEGEN_AMD_EMULATOR=$(EMULAT
 	  $(PY) -m pytest -q -ra tests/test_emu.py
 
 emu-env: setup
+	@[ -f "$(EMULATOR)/test/mockgpu/amd/emu.py" ] || DEST="$(EMULATOR)" sh tools/get_emulator.sh $(TINYGRAD_GIT)
 	@$(PY) -c "import msgpack" 2>/dev/null || $(PY) -m pip install -q "msgpack>=1.0"
 	@mkdir -p .emulator/bin && ln -sf "$$(command -v clang-22)" .emulator/bin/clang
 
