@@ -168,3 +168,50 @@ def test_rmsnorm_module_updates_a_residual_that_reshape_copies(monkeypatch):
     residual = torch.zeros(2, 3, 256, dtype=BF).transpose(0, 1)     # [3, 2, 256], not rows
     _, out = norm(torch.zeros(3, 2, 256, dtype=BF), residual)
     assert seen["copy"] and out is residual and (residual == 1).all()
+
+
+@pytest.fixture
+def cpu_impls(device):
+    """The ops' implementations registered for CPU tensors too, for this test only (they run
+    the stand-in device's kernels), so that compiled graphs execute here."""
+    import importlib
+
+    gemm, quant, rmsnorm = (importlib.import_module(f"codegen.ops.{m}")   # the modules, not
+                            for m in ("gemm", "quant", "rmsnorm"))        # the ops of their names
+    lib = torch.library.Library("codegen", "IMPL")
+    for name, fn in (("rmsnorm", rmsnorm._rmsnorm_impl),
+                     ("fused_add_rmsnorm", rmsnorm._fused_add_impl),
+                     ("rmsnorm_group_quant", rmsnorm._rgq_impl),
+                     ("dual_rmsnorm_group_quant", rmsnorm._dual_impl),
+                     ("per_token_group_quant_fp8", quant._impl),
+                     ("gemm_a8w8_blockscale", gemm._impl)):
+        lib.impl(name, fn, "CPU")
+    yield device
+    lib._destroy()
+
+
+def test_compiled_with_dynamic_shapes_one_graph_each(cpu_impls):
+    """torch.compile(fullgraph=True, dynamic=True): every op traces with a symbolic T and an
+    eps that is an argument, once (no cache written while tracing forces a second graph). T = 0
+    and 1, and each new eps (a float of a custom op's schema), take graphs of their own."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    w, kw, fp8 = rows(1, 256)[0], rows(1, 512)[0], torch.float8_e4m3fn
+    cases = {
+        "rmsnorm": lambda x, e: ops.rmsnorm(x, w, e),
+        "fused_add_rmsnorm": lambda x, e: ops.fused_add_rmsnorm(x, x.clone(), w, e),
+        "rmsnorm_group_quant": lambda x, e: ops.rmsnorm_group_quant(x, w, e, 128,
+                                                                    scale_layout="col_tma"),
+        "dual": lambda x, e: ops.dual_rmsnorm_group_quant(x, w, torch.cat([x, x], 1), kw, e),
+        "quant + gemm": lambda x, e: ops.gemm_a8w8_blockscale(
+            *ops.per_token_group_quant_fp8(x, 128, scale_layout="col"),
+            torch.zeros(384, 256, dtype=fp8), torch.ones(3, 2)),
+    }
+    for name, fn in cases.items():
+        torch._dynamo.reset()
+        counters.clear()
+        compiled = torch.compile(fn, fullgraph=True, dynamic=True, backend="eager")
+        for t in (5, 9, 17):
+            compiled(rows(t, 256), 1e-5)
+        assert counters["stats"]["unique_graphs"] == 1, (name, dict(counters["stats"]))

@@ -73,7 +73,7 @@ CACHES.append(_fp8_cache)
 def resolve_fp8(x: torch.Tensor, fp8_dtype, fp8_max) -> tuple[torch.dtype, float]:
     """The FP8 dtype and max for x's device: the target's default unless asked otherwise."""
     key = (x.device.index, fp8_dtype, fp8_max)
-    hit = _fp8_cache.get(key)
+    hit = None if _is_compiling() else _fp8_cache.get(key)
     if hit:
         return hit
     try:
@@ -90,7 +90,8 @@ def resolve_fp8(x: torch.Tensor, fp8_dtype, fp8_max) -> tuple[torch.dtype, float
     if fp8_dtype is not None and fp8_dtype != dtype:
         raise ValueError(f"fp8_dtype: {fp8_dtype} is not the FP8 format of arch {target.arch} "
                          f"({dtype})")
-    _fp8_cache[key] = (dtype, fmt.max)
+    if not _is_compiling():
+        _fp8_cache[key] = (dtype, fmt.max)
     return dtype, fmt.max
 
 
@@ -138,11 +139,19 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     ue8m0: round each scale up to a power of two. fp8_dtype / fp8_max: default to the device's
     format (e4m3fnuz / 224 on gfx942, where 240 is also offered; e4m3fn / 448 elsewhere).
     """
+    if _is_compiling():      # checked in full; no cache written while tracing (a recompile)
+        check_tensor("x", x, ndim=2)
+        check_group(x.shape[1], group_size, scale_layout)
+        dtype, fmax = resolve_fp8(x, fp8_dtype, fp8_max)
+        if out is not None:
+            check_out(out, x, dtype)
+        q, s = torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout,
+                                                           bool(ue8m0), fmax, dtype)
+        return (q, s) if out is None else (out.copy_(q), s)
     params = (group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
-    if not _is_compiling():   # the C++ path, where the signature has a plan
-        res = _fast.call("quant", params, x, out)
-        if res is not None:
-            return res
+    res = _fast.call("quant", params, x, out)    # the C++ path, where the signature has a plan
+    if res is not None:
+        return res
     # Everything but T is checked once per plan key; the eager path then allocates and launches.
     try:
         key = (x.dtype, x.get_device(), x.dim(), x.shape[-1], x.stride(-1), min(len(x), 2),
@@ -160,10 +169,6 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     dtype, fmax, kern = plan
     if out is not None:
         check_out(out, x, dtype)
-    if _is_compiling():
-        q, s = torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout,
-                                                           bool(ue8m0), fmax, dtype)
-        return (q, s) if out is None else (out.copy_(q), s)
     if kern is None:   # first eager call of this plan: the kernel, built or loaded (JIT)
         kern = plan[2] = _kernel(x, group_size, scale_layout, bool(ue8m0), fmax)
     q, s = _impl(x, group_size, scale_layout, ue8m0, fmax, dtype, kern, out)   # eager

@@ -8,7 +8,6 @@ w.float())), and dual_rmsnorm_group_quant == rmsnorm_group_quant(q) + rmsnorm(kv
 """
 from __future__ import annotations
 
-import math
 import numbers
 
 import torch
@@ -43,7 +42,7 @@ def _check_rows(name: str, t, dtypes) -> None:
         raise ValueError(f"{name}: hidden size {h} exceeds {MAX_H}")
     if rows > MAX_T:
         raise ValueError(f"{name}: {rows} rows exceed {MAX_T}")
-    if rows > 1 and t.stride(0) < h:
+    if t.stride(0) < h and rows > 1:    # the stride first: T may be unknown while tracing
         raise ValueError(f"{name}: row stride {t.stride(0)} is smaller than the hidden size {h} "
                          f"(rows would overlap)")
 
@@ -71,7 +70,7 @@ def _check_residual(residual, x, name: str = "residual") -> None:
     if residual.shape != x.shape:
         raise ValueError(f"{name}: shape {tuple(residual.shape)} must match x "
                          f"{tuple(x.shape)}")
-    if residual.shape[0] > 1 and residual.stride(0) < residual.shape[1]:
+    if residual.stride(0) < residual.shape[1] and residual.shape[0] > 1:
         raise ValueError(f"{name}: row stride {residual.stride(0)} is smaller than the hidden "
                          f"size {residual.shape[1]} (rows would overlap)")
 
@@ -96,7 +95,7 @@ def _check_eps(eps) -> float:
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(f"eps: expected a float, got {type(eps).__name__}")
     value = float(eps)
-    if not math.isfinite(value) or value < 0 or value > FLT_MAX:
+    if not 0 <= value <= FLT_MAX:     # NaN fails too; no math.isfinite: it cannot be traced
         raise ValueError(f"eps: must be >= 0 and finite in fp32 (the kernels' eps), got {eps}")
     return value
 
