@@ -131,7 +131,11 @@ def cmd_list(args) -> int:
         else:
             raise CliError(f"no manifest at {path}: build one with "
                            f"`python -m codegen build --arch {target.arch}`")
-    rows = json.loads(path.read_text())["variants"]
+    try:
+        rows = json.loads(path.read_text())["variants"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise CliError(f"{path} is damaged ({type(e).__name__}: {e}); build again with "
+                       f"`python -m codegen build --arch {target.arch}`") from None
     if args.ops:
         rows = [r for r in rows if r["op"] in _ops(args.ops)]
     print(f"{path}")

@@ -6,6 +6,7 @@ calls are a dict lookup.
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 from functools import cache
 
@@ -56,7 +57,9 @@ def _load(variant: Variant):
     path = module_path(variant)
     try:
         return ctypes.PyDLL(str(path))
-    except OSError:
+    except OSError as e:
+        print(f"codegen: {path} does not load ({e}); building {variant.uri} again",
+              file=sys.stderr)
         evict_module(variant, path)
         return ctypes.PyDLL(str(compile_variant(variant, loadable=True)))
 

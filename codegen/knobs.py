@@ -5,6 +5,7 @@ CODEGEN_REQUIRE_ISA in the tests."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -13,12 +14,21 @@ def _path(name: str) -> Path | None:
     return Path(value).expanduser() if value else None
 
 
+def home() -> Path:
+    """The user's home; a per-user temp folder where there is none (no HOME and no passwd
+    entry, as containers run under an arbitrary user id)."""
+    try:
+        return Path.home()
+    except RuntimeError:
+        return Path(tempfile.gettempdir()) / f"codegen-home-{os.getuid()}"
+
+
 def cache_dir() -> Path:
     """CODEGEN_CACHE_DIR: where JIT-built modules live (default $XDG_CACHE_HOME/codegen)."""
     explicit = _path("CODEGEN_CACHE_DIR")
     if explicit:
-        return explicit
-    base = _path("XDG_CACHE_HOME") or Path.home() / ".cache"
+        return explicit.absolute()     # the same folder after a chdir
+    base = _path("XDG_CACHE_HOME") or home() / ".cache"
     return base / "codegen"
 
 

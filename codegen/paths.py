@@ -28,7 +28,7 @@ def aot_dir() -> Path:
         return explicit
     if CHECKOUT is not None:
         return CHECKOUT / "generated"
-    data = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    data = Path(os.environ.get("XDG_DATA_HOME") or knobs.home() / ".local" / "share")
     return data / "codegen"
 
 

@@ -15,6 +15,7 @@ import pytest
 
 import codegen.build.aot as aot
 import codegen.build.jit as jit
+from codegen import paths
 from codegen.build import store
 from codegen.build.ninja import PCH, write_if_different
 from codegen.spec import make_variant
@@ -109,6 +110,50 @@ def test_damaged_cache_entry_is_rebuilt_once(fake, damage, capfd):
     jit._verified.clear()
     jit.compile_variant(v)
     assert jit.BUILDS == builds + 1             # intact now: no second rebuild
+
+
+def test_a_whole_cache_entry_is_used_without_the_lock(fake, monkeypatch):
+    """A published, intact module is found without taking the build lock, so a cache baked
+    into an image or mounted read-only serves; the lock is for building only."""
+    v = quant()
+    d = jit.compile_variant(v)
+    jit._verified.clear()                       # a new process
+
+    def no_lock(*args):
+        raise AssertionError("took the build lock to read a whole entry")
+    monkeypatch.setattr(store, "locked", no_lock)
+    assert jit.compile_variant(v) == d
+
+
+def test_no_home_and_no_passwd_entry(fake, monkeypatch):
+    """Containers run under a user id without a home: the folders fall back to a per-user temp
+    folder instead of failing every lookup."""
+    from codegen import knobs
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("CODEGEN_CACHE_DIR")
+    assert knobs.cache_dir().is_relative_to(knobs.home())
+    monkeypatch.setattr(paths, "CHECKOUT", None)
+    monkeypatch.delenv("CODEGEN_AOT_DIR", raising=False)
+    assert paths.aot_dir().is_relative_to(knobs.home())
+
+
+def test_a_damaged_manifest_or_a_lost_log_is_rebuilt(fake, tmp_path, capfd):
+    out = tmp_path / "gen"
+    target = get_target("sm_90a")
+    aot.build(target, ops=["group_quant_fp8"], out_dir=out)
+    d = out / "sm_90a"
+    (d / "manifest.json").write_text("[1]")
+    (next(d.glob("*.so.log"))).unlink()
+    manifest = aot.build(target, ops=["group_quant_fp8"], out_dir=out)
+    assert "is damaged" in capfd.readouterr().err
+    assert all(r["status"] == "ok" for r in manifest["variants"])
+    assert json.loads((d / "manifest.json").read_text())["arch"] == "sm_90a"
+    assert all(p.with_name(p.name + ".log").exists() for p in d.glob("*.so"))
 
 
 def test_truncated_module_is_rebuilt_not_loaded(fake):

@@ -313,3 +313,19 @@ def test_first_call_does_not_wait_for_the_build(monkeypatch):
     release.set()
     assert _fast.module(wait=True) is built
     assert _fast.module() is built and _fast.MOD is built
+
+
+def test_a_build_killed_midway_leaves_no_lock_that_later_processes_wait_on(fast):
+    """torch's extension builder locks with a plain file, which a killed build leaves behind;
+    the next process must not wait on it forever (at exit, for the builder thread)."""
+    import os
+    import subprocess
+    import sys
+
+    stale = _fast.build_dir() / "lock"
+    stale.touch()
+    run = subprocess.run([sys.executable, "-c", "from codegen.ops import _fast; "
+                          "print(_fast.module(wait=True) is not None)"],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert run.returncode == 0 and run.stdout.strip() == "True", run.stderr[-2000:]
+    assert not stale.exists()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,8 +73,10 @@ def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
     files["build.ninja"] = ninja_text(tc, edges)
 
     def work() -> tuple[list[str], list[str]]:
-        stale = [o for e in entries if e.status == "ok" for o, _, key in e.outputs
-                 if not aot_current(out / o, key)]
+        # an nvcc module whose log (its registers and spills) is gone is built again too
+        stale = [o for e in entries if e.status == "ok" for o, rule, key in e.outputs
+                 if not aot_current(out / o, key) or (tc.name == "nvcc" and rule == "module"
+                                                      and not (out / f"{o}.log").exists())]
         return stale, [n for n, t in files.items() if _read(out / n) != t]
     if work() == ([], []):
         return _publish(out, target, ops, _manifest(target, tc, entries, out, ""),
@@ -112,14 +115,28 @@ def _run(out: Path, jobs, progress, total: int):
     return run_ninja(out, ["-k", "0"], jobs=jobs, on_line=on_line)
 
 
+def _read_json(path: Path) -> dict:
+    """A folder's manifest or dispatch table, {} where there is none; a damaged one is said and
+    written anew (its entries for the families not built now are lost)."""
+    text = _read(path)
+    try:
+        value = json.loads(text) if text is not None else {}
+        if isinstance(value, dict):
+            return value
+    except ValueError:
+        pass
+    print(f"codegen: {path} is damaged; writing it anew", file=sys.stderr)
+    return {}
+
+
 def _publish(out: Path, target: Target, ops, manifest: dict, table: dict, origin: str) -> dict:
     """Merges this run's families into the folder's manifest and dispatch table."""
     built = set(ops or families())
-    old = json.loads(_read(out / "manifest.json") or "{}")
+    old = _read_json(out / "manifest.json")
     if old.get("arch") == target.arch:
         kept = [r for r in old.get("variants", []) if r.get("op") not in built]
         manifest["variants"] = sorted(kept + manifest["variants"], key=lambda r: r["op"])
-    old_table = json.loads(_read(out / "dispatch.json") or "{}")
+    old_table = _read_json(out / "dispatch.json")
     table = dict(sorted({**{k: v for k, v in old_table.items() if k not in built},
                          **table}.items()))
     try:

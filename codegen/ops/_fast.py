@@ -59,16 +59,33 @@ def _finish_build() -> None:
     _state["mod"] = mod
 
 
+def build_dir() -> Path:
+    """The extension's folder in the cache: named by torch's and Python's versions and the
+    source's hash, so that a build of another source is never reused."""
+    import hashlib
+
+    import torch
+
+    source = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{source}"
+    return knobs.cache_dir() / "fastcall" / tag.replace("+", "_")
+
+
 def _build():
     try:
         import torch
         from torch.utils.cpp_extension import load
 
-        tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}"
-        out = knobs.cache_dir() / "fastcall" / tag.replace("+", "_")
+        from ..build import store
+
+        out = build_dir()
         out.mkdir(parents=True, exist_ok=True)
-        mod = load("codegen_fastcall", [str(SOURCE)], build_directory=str(out),
-                   extra_cflags=["-O2"], verbose=False)
+        # torch's own build lock is a plain file, left behind by a build that was killed, and
+        # then waited on forever: under this lock (the OS releases it) any such file is stale
+        with store.locked(out / ".codegen.lock", knobs.cache_dir_origin()):
+            (out / "lock").unlink(missing_ok=True)
+            mod = load("codegen_fastcall", [str(SOURCE)], build_directory=str(out),
+                       extra_cflags=["-O2"], verbose=False)
         getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         if getter is not None:
             mod.set_stream_getter(getter)
