@@ -111,3 +111,26 @@ def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tenso
     row_block = torch.arange(n, device=a.device) // block
     b_deq = b.double() * b_scales.double()[row_block][:, col_block]
     return (a_deq @ b_deq.t()).to(torch.bfloat16)
+
+
+# The GEMM's contract is the mean; each element is held to more, since a mean over the whole
+# output hides a wrong tail block, tail row or small row: a bf16 ulp of the reference (2^-7 of
+# it at most) plus GEMM_ROW_TOL of its row's mean |ref| (fp32 sums against fp64 where values
+# cancel, and Hopper's FP8 MMAs add at less than fp32's precision inside a K block).
+GEMM_MEAN_TOL = 1e-3
+GEMM_ROW_TOL = 2.0**-7
+
+
+def gemm_errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, tuple[int, int]]:
+    """(mean |out - ref| / mean |ref|, the largest error past a bf16 ulp of ref in its row's
+    mean |ref|, where that one is); NaN where out has NaN."""
+    o, r = out.float(), ref.float()
+    err = (o - r).abs()
+    mean = (err.mean() / r.abs().mean()).item() if out.numel() else 0.0
+    if not out.numel():
+        return mean, 0.0, (0, 0)
+    row = r.abs().mean(dim=1, keepdim=True)
+    excess = (err - 2.0**-7 * r.abs()) / torch.where(row > 0, row, 1.0)
+    worst = excess.max().item() if not torch.isnan(excess).any() else float("nan")
+    where = divmod(excess.nan_to_num(float("inf")).argmax().item(), out.shape[1])
+    return mean, worst, where
