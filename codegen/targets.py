@@ -50,14 +50,14 @@ class Target:
 
     @property
     def has_fp8(self) -> bool:
-        return bool(self.fp8_formats)
+        return len(self.fp8_formats) > 0     # not bool(tuple): torch.compile traces this
 
     @property
     def is_hip(self) -> bool:
         return self.vendor == "amd"
 
     def fp8_format(self, fp8_max: float | None = None) -> Fp8Format:
-        if not self.fp8_formats:
+        if not self.has_fp8:
             raise ValueError(f"arch {self.arch} has no FP8 conversion in hardware")
         if fp8_max is None:
             return self.fp8_formats[0]

@@ -73,7 +73,7 @@ CACHES.append(_fp8_cache)
 def resolve_fp8(x: torch.Tensor, fp8_dtype, fp8_max) -> tuple[torch.dtype, float]:
     """The FP8 dtype and max for x's device: the target's default unless asked otherwise."""
     key = (x.device.index, fp8_dtype, fp8_max)
-    hit = None if _is_compiling() else _fp8_cache.get(key)
+    hit = _fp8_cache.get(key)
     if hit:
         return hit
     try:
@@ -90,7 +90,7 @@ def resolve_fp8(x: torch.Tensor, fp8_dtype, fp8_max) -> tuple[torch.dtype, float
     if fp8_dtype is not None and fp8_dtype != dtype:
         raise ValueError(f"fp8_dtype: {fp8_dtype} is not the FP8 format of arch {target.arch} "
                          f"({dtype})")
-    if not _is_compiling():
+    if not _is_compiling():      # a cache written while tracing would force a second graph
         _fp8_cache[key] = (dtype, fmt.max)
     return dtype, fmt.max
 
