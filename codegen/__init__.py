@@ -2,7 +2,8 @@
 
 `import codegen` is cheap: it imports neither torch nor a compiler and builds nothing.
 The ops (codegen.ops), the modules (codegen.nn) and the vLLM- and AITER-named entry points
-(codegen.vllm, codegen.aiter) build or load their kernels on first call; codegen.supported(device) says what runs where.
+(codegen.vllm, codegen.aiter) build or load their kernels on first call;
+codegen.supported(device) says what runs where.
 """
 __version__ = "0.1.0"
 

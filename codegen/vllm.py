@@ -6,7 +6,8 @@ swaps implementations without touching them:
 
 Each follows its vLLM namesake's layouts and in-place conventions; where an argument asks for
 something the kernels do not do, the call fails naming the argument, never silently ignores it.
-Numerics are this project's (docs/numerics.md); the two documented differences are in the docstrings.
+Numerics are this project's (docs/numerics.md); the two documented differences are in the
+docstrings.
 """
 from __future__ import annotations
 

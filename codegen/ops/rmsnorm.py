@@ -1,5 +1,5 @@
-"""RMSNorm ops (docs/numerics.md, "RMSNorm family"): rmsnorm, fused_add_rmsnorm, rmsnorm_group_quant,
-dual_rmsnorm_group_quant.
+"""RMSNorm ops (docs/numerics.md, "RMSNorm family"): rmsnorm, fused_add_rmsnorm,
+rmsnorm_group_quant, dual_rmsnorm_group_quant.
 
 Every row is normalized by the same code (templates/include/codegen/rmsnorm.cuh) with a sum
 order that depends only on H and the device, so the fused ops agree bit for bit with the unfused
