@@ -245,3 +245,34 @@ def test_tuner_candidates_are_distinct_variants(arch):
 
     uris = [variant(arch, **c).uri for c in candidates(arch)]
     assert len(set(uris)) == len(uris) and any("_sk14_" in u for u in uris)
+
+
+def test_the_op_picks_by_m_not_by_the_first_m_of_its_bucket():
+    """On CDNA off the table, M within one bucket decides whether 128 x 128 tiles fill the
+    device: the op's pick for M = 4096 does not depend on an M = 2049 call before it."""
+    import torch
+
+    from codegen import ops
+    from codegen.ops import _common
+
+    class Device:      # an MI300X whose kernels do nothing; which configs were launched
+        arch, multiprocessors = "gfx942", 304
+
+        def __init__(self):
+            self.picked = []
+
+        def kernel(self, v):
+            return lambda *args: self.picked.append((v["block_m"], v["block_n"])) or 0
+
+    dev = Device()
+    _common.attach_emulated(dev)
+    try:
+        b = torch.zeros(2112, 7168, dtype=torch.float8_e4m3fnuz)
+        sb = torch.ones(17, 56)
+        for m in (2049, 4096):     # one bucket: 289 tiles of 128 x 128, then 544, for 304 CUs
+            a = torch.zeros(m, 7168, dtype=torch.float8_e4m3fnuz)
+            ops.gemm_a8w8_blockscale(a, torch.ones(m, 56), b, sb)
+    finally:
+        _common.attach_emulated(None)
+    assert fam.m_bucket(2049) == fam.m_bucket(4096)
+    assert dev.picked == [(64, 64), (128, 128)]

@@ -218,6 +218,11 @@ def test_rmsnorm_from_module_takes_eps_and_size_as_the_source_means_them():
             super().__init__()
             self.weight, self.variance_epsilon = nn.Parameter(torch.ones(128)), 1e-5
 
+        def forward(self, x):        # as Hugging Face's Llama norm: rounded, then weighted
+            xf = x.float()
+            xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+            return self.weight * xf.to(x.dtype)
+
     assert cnn.RMSNorm.from_module(HFNorm()).eps == 1e-5
     with pytest.raises(ValueError, match="norm: normalized shape"):
         cnn.RMSNorm.from_module(nn.RMSNorm((4, 64)))
@@ -227,6 +232,90 @@ def test_rmsnorm_from_module_takes_eps_and_size_as_the_source_means_them():
         cnn.RMSNorm.from_module(nameless)
     with pytest.raises(ValueError, match=r"norm: normalized shape \(8, 8\)"):
         cnn.RMSNorm.from_module(nn.Linear(8, 8))
+
+
+def test_rmsnorm_from_module_refuses_norms_that_compute_something_else():
+    """A module with .weight and .eps that is no RMSNorm (Gemma's x * (1 + weight),
+    LayerNorm's centring and bias) is refused: converting it would change the model."""
+    class GemmaNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight, self.eps = nn.Parameter(torch.zeros(256)), 1e-6
+
+        def forward(self, x):
+            xf = x.float()
+            xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+            return (xf * (1.0 + self.weight.float())).type_as(x)
+    for norm in (GemmaNorm(), nn.LayerNorm(256)):
+        with pytest.raises(ValueError, match="does not compute x \\* rsqrt"):
+            cnn.RMSNorm.from_module(norm)
+
+
+@pytest.fixture
+def cpu_fp8(monkeypatch):
+    """BlockFP8Linear on the CPU: the device's FP8 as an H100's (e4m3fn, 448), or as gfx942's
+    with fnuz=True."""
+    def use(fnuz=False):
+        fmt = (torch.float8_e4m3fnuz, 224.0) if fnuz else (torch.float8_e4m3fn, 448.0)
+        monkeypatch.setattr(cnn, "device_fp8", lambda device: fmt)
+    use()
+    return use
+
+
+def test_block_fp8_linear_keeps_its_weight_through_dtype_casts(cpu_fp8):
+    """.half() / .to(dtype) on a converted model: the FP8 weight and its fp32 scales stay as
+    they are (a cast would ruin the scales), the output dtype follows."""
+    lin = nn.Linear(256, 384).to(torch.bfloat16)
+    layer = cnn.BlockFP8Linear.from_linear(lin)
+    w, s = layer.weight.clone(), layer.weight_scale_inv.clone()
+    layer.half()
+    assert layer.weight.dtype == torch.float8_e4m3fn and torch.equal(
+        layer.weight.view(torch.uint8), w.view(torch.uint8))
+    assert layer.weight_scale_inv.dtype == torch.float32 and torch.equal(
+        layer.weight_scale_inv, s)
+    assert layer.out_dtype == torch.float16 and layer.bias.dtype == torch.float16
+    layer.to("cpu", torch.float32)
+    assert layer.weight.dtype == torch.float8_e4m3fn and layer.out_dtype == torch.float32
+    with pytest.raises(ValueError, match="in_features: 400 is not a multiple of 128"):
+        cnn.BlockFP8Linear.from_linear(nn.Linear(400, 256))
+
+
+def test_block_fp8_linear_adds_its_bias_in_the_output_dtype(cpu_fp8, monkeypatch):
+    layer = cnn.BlockFP8Linear.from_linear(nn.Linear(256, 128).half())
+    layer.bias.data.fill_(300.7)
+
+    class Ops:      # the GEMM's bf16 output: zeros
+        per_token_group_quant_fp8 = staticmethod(lambda x, g: (x, None))
+        gemm_a8w8_blockscale = staticmethod(
+            lambda q, s, w, ws: torch.zeros(q.shape[0], w.shape[0], dtype=torch.bfloat16))
+    monkeypatch.setattr(cnn, "_OPS", Ops)
+    y = layer(torch.zeros(2, 256, dtype=torch.float16))
+    assert y.dtype == torch.float16 and (y == torch.tensor(300.7, dtype=torch.float16)).all()
+
+
+def test_an_e4m3fn_state_dict_loads_on_an_fnuz_device(cpu_fp8):
+    fn_layer = cnn.BlockFP8Linear.from_linear(nn.Linear(256, 128, bias=False))
+    state = fn_layer.state_dict()
+    cpu_fp8(fnuz=True)
+    fnuz_layer = cnn.BlockFP8Linear(256, 128, bias=False, device="cpu")
+    fnuz_layer.load_state_dict(state)
+    want_w, want_s = cnn.e4m3fn_to_device(state["weight"], state["weight_scale_inv"],
+                                          torch.float8_e4m3fnuz)
+    assert torch.equal(fnuz_layer.weight.view(torch.uint8), want_w.view(torch.uint8))
+    assert torch.equal(fnuz_layer.weight_scale_inv, want_s)
+    assert not torch.isnan(fnuz_layer.weight.float()).any()
+
+
+def test_convert_keeps_shared_layers_shared_and_names_what_it_cannot_convert(cpu_fp8):
+    shared = nn.Linear(256, 256)
+    model = nn.Sequential(nn.Sequential(shared), nn.Sequential(shared), nn.Linear(128, 64))
+    cnn.convert(model, skip=lambda name, lin: lin.in_features == 128)
+    assert model[0][0] is model[1][0] and isinstance(model[0][0], cnn.BlockFP8Linear)
+    bad = nn.Sequential(nn.Linear(256, 256), nn.Linear(100, 8))
+    with pytest.raises(ValueError, match=r"model: 1 \(in_features 100\)"):
+        cnn.convert(bad)
+    assert type(bad[0]) is nn.Linear          # nothing replaced
+    assert isinstance(cnn.convert(nn.Linear(256, 8)), cnn.BlockFP8Linear)
 
 
 def test_importing_everything_works_with_no_gpu_runtime():

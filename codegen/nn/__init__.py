@@ -95,9 +95,9 @@ class BlockFP8Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
                  device=None, out_dtype: torch.dtype | None = None):
         super().__init__()
-        if in_features % 16:
-            raise ValueError(f"in_features: {in_features} is not a multiple of 16 (the GEMM "
-                             f"reads rows 16 bytes at a time)")
+        if in_features % BLOCK:
+            raise ValueError(f"in_features: {in_features} is not a multiple of {BLOCK} (each "
+                             f"call quantizes x in groups of {BLOCK} columns)")
         device = torch.device(device if device is not None else "cuda")
         fp8, _ = device_fp8(device)
         self.in_features, self.out_features, self.out_dtype = in_features, out_features, out_dtype
@@ -108,6 +108,27 @@ class BlockFP8Linear(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_features, device=device,
                                              dtype=out_dtype or torch.bfloat16),
                                  requires_grad=False) if bias else None
+
+    def _apply(self, fn, recurse=True):
+        """.to(device) moves the FP8 weight and its fp32 scales; dtype casts (.half(),
+        .to(dtype)) leave them as they are (a cast would ruin both) and set out_dtype."""
+        kept = {name: self._buffers.pop(name) for name in ("weight", "weight_scale_inv")}
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            for name, t in kept.items():
+                self._buffers[name] = t.to(fn(torch.empty(0, device=t.device)).device)
+        if self.out_dtype is not None:
+            self.out_dtype = fn(torch.empty(0, dtype=self.out_dtype)).dtype
+        return self
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # an e4m3fn checkpoint on a device whose FP8 is e4m3fnuz: converted, scales doubled
+        w, s = state_dict.get(prefix + "weight"), state_dict.get(prefix + "weight_scale_inv")
+        if w is not None and s is not None and w.dtype != self.weight.dtype:
+            state_dict[prefix + "weight"], state_dict[prefix + "weight_scale_inv"] = \
+                e4m3fn_to_device(w, s, self.weight.dtype)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, device=None) -> "BlockFP8Linear":
@@ -144,8 +165,9 @@ class BlockFP8Linear(nn.Module):
         q, s = e4m3fn_to_device(weight, weight_scale_inv.to(weight.device), layer.weight.dtype)
         layer.weight.copy_(q)
         layer.weight_scale_inv.copy_(s)
-        if bias is not None:
-            layer.bias.data = bias.detach().to(weight.device, layer.bias.dtype).clone()
+        if bias is not None:      # in its own dtype, added after the cast to the output's
+            layer.bias = nn.Parameter(bias.detach().to(weight.device).clone(),
+                                      requires_grad=False)
         return layer
 
     def forward(self, x: torch.Tensor | FP8Activation) -> torch.Tensor:
@@ -167,12 +189,12 @@ class BlockFP8Linear(nn.Module):
             q, s = ops.per_token_group_quant_fp8(x, BLOCK)
         buffers = self._buffers
         y = ops.gemm_a8w8_blockscale(q, s, buffers["weight"], buffers["weight_scale_inv"])
-        bias = self._parameters.get("bias")
-        if bias is not None:
-            y = y + bias.to(y.dtype)
         out = self.out_dtype or dtype
         if y.dtype != out:
             y = y.to(out)
+        bias = self._parameters.get("bias")
+        if bias is not None:
+            y = y + (bias if bias.dtype == out else bias.to(out))
         return y.view(*lead, self.out_features) if flat else y
 
     def extra_repr(self) -> str:
@@ -200,7 +222,9 @@ class RMSNorm(nn.Module):
     def from_module(cls, norm: nn.Module, quantize: bool = False) -> "RMSNorm":
         """From torch.nn.RMSNorm or any module with .weight and .eps / .variance_epsilon that
         normalizes over the last dim. torch's eps=None (the input dtype's machine epsilon) is
-        taken as the weight dtype's."""
+        taken as the weight dtype's. The module is run once on a probe and must give what
+        RMSNorm gives: one that computes something else (Gemma's x * (1 + weight), LayerNorm's
+        mean subtraction) is refused."""
         w = getattr(norm, "weight", None)
         shape = tuple(getattr(norm, "normalized_shape", None) or
                       (w.shape if w is not None else ()))
@@ -219,6 +243,7 @@ class RMSNorm(nn.Module):
                     device=w.device if w is not None else None, dtype=dtype)
         if w is not None:
             layer.weight.data.copy_(w.detach())
+        _same_as_rmsnorm(norm, layer.weight, eps)
         return layer
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
@@ -249,13 +274,50 @@ class RMSNorm(nn.Module):
         return f"{self.hidden_size}, eps={self.eps}, quantize={self.quantize}"
 
 
+def _same_as_rmsnorm(norm: nn.Module, weight: torch.Tensor, eps: float) -> None:
+    """norm, run on a probe (rows with a mean, so that centring shows), agrees with
+    x * rsqrt(mean(x^2) + eps) * weight to within its own roundings."""
+    from .. import reference
+
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, weight.shape[0], generator=g) + 1.0).to(weight.device, weight.dtype)
+    try:
+        with torch.no_grad():
+            got = norm(x)
+    except Exception as e:       # noqa: BLE001 (the module's own error, named below)
+        raise ValueError(f"norm: {type(norm).__name__}(x) failed on a probe ({e}); build "
+                         f"RMSNorm(hidden_size, eps) and copy its weight instead") from None
+    want = reference.rmsnorm_fp32(x, weight, eps)
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape or \
+            (got.float() - want).abs().max() > 0.02 * want.abs().max():
+        raise ValueError(f"norm: {type(norm).__name__} does not compute x * rsqrt(mean(x^2) + "
+                         f"eps) * weight on a probe (a (1 + weight) scale, a mean subtracted, "
+                         f"a bias?); RMSNorm would change the model")
+
+
 def convert(model: nn.Module, skip: Callable[[str, nn.Linear], bool] | None = None,
             device=None) -> nn.Module:
-    """Replaces every nn.Linear of model (in place) by a BlockFP8Linear, except those for which
-    skip(qualified_name, linear) is true; returns model."""
-    for name, module in list(model.named_modules()):
-        for child_name, child in list(module.named_children()):
+    """Replaces every nn.Linear of model (in place; nn.Linear itself, not its subclasses) by a
+    BlockFP8Linear, except those for which skip(qualified_name, linear) is true; returns model
+    (a bare nn.Linear: its BlockFP8Linear). A layer shared by several parents stays shared. A
+    layer that cannot be converted (in_features not a multiple of 128) is named before any is
+    replaced."""
+    if type(model) is nn.Linear:
+        return BlockFP8Linear.from_linear(model, device=device)
+    chosen = []
+    for name, module in model.named_modules(remove_duplicate=False):
+        for child_name, child in module.named_children():
             full = f"{name}.{child_name}" if name else child_name
             if type(child) is nn.Linear and not (skip and skip(full, child)):
-                setattr(module, child_name, BlockFP8Linear.from_linear(child, device=device))
+                chosen.append((module, child_name, full, child))
+    bad = [f"{full} (in_features {c.in_features})" for _, _, full, c in chosen
+           if c.in_features % BLOCK]
+    if bad:
+        raise ValueError(f"model: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}: "
+                         f"in_features must be a multiple of {BLOCK}; pass skip= to keep them")
+    converted: dict[int, BlockFP8Linear] = {}
+    for module, child_name, _, child in chosen:
+        if id(child) not in converted:
+            converted[id(child)] = BlockFP8Linear.from_linear(child, device=device)
+        setattr(module, child_name, converted[id(child)])
     return model

@@ -37,8 +37,9 @@ def _launcher(a: torch.Tensor, config: dict):
 
 
 def _kernel(a: torch.Tensor, m: int, n: int, k: int):
-    """The dispatched config's launcher, cached per (device, M bucket, N, K)."""
-    key = (a.device, fam.m_bucket(m), n, k)
+    """The dispatched config's launcher, cached per (device, M, N, K): not per M bucket, since
+    off the table CDNA's pick reads M itself (whether its tiles fill the device)."""
+    key = (a.device, m, n, k)
     hit = _picks.get(key)
     if hit is None:
         hit = _picks[key] = _launcher(a, fam.pick(arch(a), m, n, k, multiprocessors(a)))
