@@ -9,9 +9,14 @@ without touching its call sites:
 Each keeps its AITER namesake's return values, in-place conventions and scale layouts. AITER's
 FP8 max is torch.finfo(dtype).max, so these quantize with 240 on gfx942 (e4m3fnuz), where the
 ops default to 224, and 448 elsewhere. An argument asking for something the kernels do not do
-fails naming the argument. Numerics are this project's (docs/numerics.md): quantized values are
-x / scale, correctly rounded, where AITER multiplies by 1 / scale (the two differ by one FP8 step
-on rare elements).
+fails naming the argument. Numerics are this project's (docs/numerics.md), and differ from
+AITER's kernels where those round differently:
+- scales are amax / max and quantized values x / scale, each an IEEE division; AITER's HIP quant
+  multiplies amax by a rounded 1 / max (scales differ in the last bit in about half the groups,
+  and a byte may follow) and x by 1 / scale (one FP8 step on rare elements);
+- the fused residual adds (rmsnorm2d_fwd_with_add, fused_rms_fp8_group_quant with res1)
+  normalize the sum rounded to the dtype, as it is stored; AITER's normalize the fp32 sum
+  (outputs within about an ulp).
 """
 from __future__ import annotations
 
@@ -137,15 +142,22 @@ class QuantType(enum.IntEnum):
     per_1x32 = 3
     per_1x128 = 4
     per_128x128 = 5
+    per_256x128 = 6
+    per_1024x128 = 7
 
 
 def get_hip_quant(quant_type):
-    """aiter.get_hip_quant: the quant function for a QuantType; per_1x128 only (this module's
-    QuantType, aiter's, or the member's name)."""
+    """aiter.get_hip_quant: the quant function for a QuantType (this module's, aiter's, or the
+    member's name). Only per_1x128 is built; as AITER does for the types it lacks, the others
+    give a function that fails when called, not at the lookup (engines look types up at
+    start-up whether or not they run them)."""
     name = getattr(quant_type, "name", quant_type)
-    if name != "per_1x128":
+    if name == "per_1x128":
+        return functools.partial(per_group_quant_hip, group_size=128)
+
+    def not_built(*args, **kwargs):
         raise ValueError(f"quant_type: {quant_type}; only per_1x128 (1 x 128 groups) is built")
-    return functools.partial(per_group_quant_hip, group_size=128)
+    return not_built
 
 
 def gemm_a8w8_blockscale(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tensor,

@@ -6,8 +6,15 @@ swaps implementations without touching them:
 
 Each follows its vLLM namesake's layouts and in-place conventions; where an argument asks for
 something the kernels do not do, the call fails naming the argument, never silently ignores it.
-Numerics are this project's (docs/numerics.md); the two documented differences are in the
-docstrings.
+Numerics are this project's (docs/numerics.md), and differ from vLLM's kernels where those
+round differently (within an ulp of the output, or one FP8 step):
+- rms_norm, fused_add_rms_norm: vLLM rounds x * rsqrt(...) to the input dtype before it
+  multiplies by the weight; here the fp32 product is rounded once;
+- rms_norm_per_block_quant: the fp32 normalized values are quantized (vLLM rounds them first);
+  with residual, the rounded sum is normalized (vLLM: the fp32 sum); vLLM floors every scale at
+  1 / (fp8_max * 512), here only amax is floored, at 1e-10;
+- w8a8_triton_block_scaled_mm: computed as bf16, then cast to output_dtype (vLLM casts the
+  fp32 sums), so its fp16 default carries bf16's precision.
 """
 from __future__ import annotations
 
@@ -103,8 +110,7 @@ def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon:
     """vLLM's _custom_ops.rms_norm_per_block_quant: (out [T, H] fp8, scales fp32 [T, H/g]) with
     g = group_size[1] (64 or 128); residual, if given, becomes input + residual in place and is
     normalized instead. is_scale_transposed: scales strides (1, T); tma_alignment=4: (1,
-    round_up(T, 4)). Numerics: the fp32 normalized values are quantized directly (vLLM rounds
-    them to input's dtype first) and an all-zero group's scale is 1e-10 / fp8_max."""
+    round_up(T, 4)). Numerics: as the module's docstring says."""
     if scale_ub is not None:
         raise ValueError("scale_ub: an upper bound on the scales is not supported")
     if len(group_size) != 2 or group_size[0] != 1:
