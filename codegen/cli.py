@@ -181,6 +181,8 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
             return [f"unsupported: --k {why}"]
         if not get_target(arch).has_fp8:
             return [f"unsupported: arch {arch} has no FP8 support"]
+        if max(m, n, k) >= 2**31:      # as the op refuses it
+            return [f"unsupported: dimensions ({m}, {n}, {k}) must be below 2^31"]
         entry = gemm.table(arch).get((gemm.m_bucket(m), n, k))
         cfg = gemm.pick(arch, m, n, k)
         how = (f"table hit in {gemm.table_path(arch).name} at (M bucket {gemm.m_bucket(m)}, "
