@@ -120,6 +120,13 @@ def check_out(out, x: torch.Tensor, dtype: torch.dtype, name: str = "out") -> No
         check_written(name, out, x=x)
 
 
+def _check(x, group_size, scale_layout, fp8_dtype, fp8_max) -> tuple[torch.dtype, float]:
+    """Everything but T and out: x, the groups, the FP8 format."""
+    check_tensor("x", x, ndim=2)
+    check_group(x.shape[1], group_size, scale_layout)
+    return resolve_fp8(x, fp8_dtype, fp8_max)
+
+
 _plans: dict[tuple, tuple] = {}
 CACHES.append(_plans)
 
@@ -140,9 +147,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     format (e4m3fnuz / 224 on gfx942, where 240 is also offered; e4m3fn / 448 elsewhere).
     """
     if _is_compiling():      # checked in full; no cache written while tracing (a recompile)
-        check_tensor("x", x, ndim=2)
-        check_group(x.shape[1], group_size, scale_layout)
-        dtype, fmax = resolve_fp8(x, fp8_dtype, fp8_max)
+        dtype, fmax = _check(x, group_size, scale_layout, fp8_dtype, fp8_max)
         if out is not None:
             check_out(out, x, dtype)
         q, s = torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout,
@@ -160,10 +165,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     except (AttributeError, TypeError, IndexError):     # not a tensor, 0-d, unhashable
         key = plan = None
     if plan is None:
-        check_tensor("x", x, ndim=2)
-        check_group(x.shape[1], group_size, scale_layout)
-        dtype, fmax = resolve_fp8(x, fp8_dtype, fp8_max)
-        plan = [dtype, fmax, None]
+        plan = [*_check(x, group_size, scale_layout, fp8_dtype, fp8_max), None]
         if key is not None:
             _plans[key] = plan
     dtype, fmax, kern = plan
