@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -364,9 +363,11 @@ def cmd_cache(args) -> int:
     else:
         owned = [root / a for a in (*TARGETS, FASTCALL_DIR)]
     if args.action == "clear":
+        from .build import store
+
         cleared = [t for t in owned if t.exists()]
         for t in cleared:
-            shutil.rmtree(t)
+            store.clear(t, knobs.cache_dir_origin())
         print(f"cleared {', '.join(map(str, cleared)) or 'nothing'} (in {root})")
         return 0
     print(f"JIT cache: {root} (chosen by {knobs.cache_dir_origin()})")

@@ -49,6 +49,11 @@ def test_cache_key_changes_exactly_when_an_input_changes(monkeypatch):
     assert cache_key(v, src, Toolchain("nvcc", "/usr/bin/nvcc", "release 13.0", ("-O2",), True)) != base
     v2 = make_variant("group_quant_fp8", "sm_90a", **{**V, "ue8m0": True})
     assert cache_key(v2, src, TC) != base                                  # variant
+    for name in ("NVCC_APPEND_FLAGS", "CCC_OVERRIDE_OPTIONS"):             # flags the compiler reads
+        monkeypatch.setenv(name, "-O0")
+        assert cache_key(v, src, TC) != base
+        monkeypatch.setenv(name, "")
+        assert cache_key(v, src, TC) == base
     # a header's content: patch what the key reads for one included header
     import codegen.build.jit as jit
 

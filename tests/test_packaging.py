@@ -131,6 +131,24 @@ def test_cache_clear_removes_only_the_caches_folders(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
+def test_cache_clear_waits_for_a_build_and_keeps_its_lock(tmp_path, monkeypatch):
+    import threading
+
+    from codegen.build import store
+
+    arch = tmp_path / "gfx942"
+    (arch / "v" / "key").mkdir(parents=True)
+    (arch / "v" / "key" / "v.so").write_bytes(b"module")
+    lock = arch / "v.lock"
+    done = threading.Event()
+    with store.locked(lock, "test"):                 # a build of v runs
+        t = threading.Thread(target=lambda: (store.clear(arch, "test"), done.set()))
+        t.start()
+        assert not done.wait(0.5) and (arch / "v" / "key" / "v.so").exists()
+    t.join(30)
+    assert done.is_set() and sorted(p.name for p in arch.iterdir()) == ["v.lock"]
+
+
 def test_explain_says_table_hit_or_heuristic():
     from codegen.cli import explain
     from codegen.families import gemm

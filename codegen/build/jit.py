@@ -54,6 +54,11 @@ def source_key(variant: Variant, source: str) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
+# Read by the compilers themselves: they change a module's bytes without changing its command.
+COMPILER_ENV = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "CCC_OVERRIDE_OPTIONS",
+                "HIPCC_COMPILE_FLAGS_APPEND", "HIPCC_LINK_FLAGS_APPEND")
+
+
 def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -> str:
     """Content hash of everything that decides the bytes of the built module; emu: also of
     the emulator outputs (codegen.emu) and what they link."""
@@ -63,6 +68,8 @@ def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -
         "toolchain": tc.identity,
         "flags": list(tc.flags),
     }
+    if env := {k: os.environ[k] for k in COMPILER_ENV if os.environ.get(k)}:
+        parts["compiler_env"] = env       # absent when unset: the keys of plain builds stay
     if emu:
         parts["emu"] = {"shim": file_hash(EMU_SHIM),
                         "device_library": file_hash(device_library(tc))}

@@ -212,3 +212,21 @@ def remove_dead_staging(base: Path) -> None:
         import shutil
 
         shutil.rmtree(d, ignore_errors=True)
+
+
+def clear(folder: Path, origin: str) -> None:
+    """Removes what a cache folder holds while holding every build lock in it, so that builds
+    running now finish first. The lock files stay: a process may be waiting on one, and a new
+    file under the same name would let two builders in at once."""
+    locks = sorted(folder.rglob("*.lock"))
+    with contextlib.ExitStack() as held:
+        for lock in locks:
+            held.enter_context(locked(lock, origin))
+        for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir() and not path.is_symlink():
+                if not any(path.iterdir()):
+                    path.rmdir()
+            elif not path.name.endswith((".lock", ".lock.holder")):
+                path.unlink()
+        if not any(folder.iterdir()):
+            folder.rmdir()
