@@ -215,3 +215,25 @@ def test_compiled_with_dynamic_shapes_one_graph_each(cpu_impls):
         for t in (5, 9, 17):
             compiled(rows(t, 256), 1e-5)
         assert counters["stats"]["unique_graphs"] == 1, (name, dict(counters["stats"]))
+
+
+def test_compiled_calls_refuse_written_operands_that_are_others(cpu_impls):
+    """Eager calls refuse these by address; traced ones have none, but the same tensor given
+    twice is told apart by identity, so a compiled call refuses what its eager call does."""
+    import torch._dynamo
+
+    w = rows(1, 256)[0]
+    calls = {
+        "out": lambda x, r: ops.fused_add_rmsnorm(x, r, w, out=r),
+        "residual": lambda x, r: ops.fused_add_rmsnorm(x, x, w),
+        "residual_out": lambda x, r: ops.fused_add_rmsnorm(x, r, w, residual_out=x),
+        "residual ": lambda x, r: ops.rmsnorm_group_quant(x, w, 1e-6, 128, residual=x),
+    }
+    for name, fn in calls.items():
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match=f"{name.strip()}: overlaps"):
+            torch.compile(fn, fullgraph=True, backend="eager")(rows(4, 256), rows(4, 256))
+    torch._dynamo.reset()      # the identities the ops allow still compile
+    x, r = rows(4, 256), rows(4, 256)
+    torch.compile(lambda x, r: ops.fused_add_rmsnorm(x, r, w, out=x, residual_out=r),
+                  fullgraph=True, backend="eager")(x, r)

@@ -279,7 +279,11 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         _check_weight("weight", weight, x, "x")
         return _check_eps(eps)
     if _is_compiling():
-        return _into(out, torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, check(),
+        eps = check()
+        _check_sum_written(x, weight, residual, residual_out)
+        if out is not None:
+            check_written("out", out, "x", x=x, residual=residual, residual_out=residual_out)
+        return _into(out, torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, eps,
                                                               residual_out))
     y = _fast.call("norm", ("fused_add_rmsnorm", eps), x, residual, weight, residual_out, out)
     if y is not None:
@@ -395,6 +399,8 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
         return (_check_eps(eps), *resolve_fp8(x, None, fp8_max))
     if _is_compiling():
         eps, fp8_dtype, fmax = check()
+        if residual is not None:
+            _check_sum_written(x, weight, residual, residual_out)
         q, s, y = torch.ops.codegen.rmsnorm_group_quant(
             x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
             bool(also_return_unquantized), fmax, fp8_dtype, residual_out)
