@@ -163,8 +163,10 @@ def _param(text: str):
         return name, value
 
 
-def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=None) -> list[str]:
-    """Lines saying which variant serves the call on arch and why, and where its module is."""
+def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=None,
+            cus=None) -> list[str]:
+    """Lines saying which variant serves the call on arch and why, and where its module is;
+    cus: the device's multiprocessors (a partition's), else the target's full part."""
     from .dispatch import Unsupported, variant_for
     from .families import gemm, rmsnorm
     from .families.rmsnorm_quant import quant_tiers
@@ -183,11 +185,14 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
         if max(m, n, k) >= 2**31:      # as the op refuses it
             return [f"unsupported: dimensions ({m}, {n}, {k}) must be below 2^31"]
         entry = gemm.table(arch).get((gemm.m_bucket(m), n, k))
-        cfg = gemm.pick(arch, m, n, k)
+        cfg = gemm.pick(arch, m, n, k, cus)
+        cus_said = (f"{cus} multiprocessors (--cus)" if cus else
+                    f"{get_target(arch).multiprocessors} multiprocessors assumed, the full part's; "
+                    f"--cus for a partition")
         how = (f"table hit in {gemm.table_path(arch).name} at (M bucket {gemm.m_bucket(m)}, "
                f"N {n}, K {k})" if entry else
                f"heuristic by M, N and K (no table entry for M bucket {gemm.m_bucket(m)}, N {n}, "
-               f"K {k} on {arch}; {get_target(arch).multiprocessors} multiprocessors assumed)")
+               f"K {k} on {arch}; {cus_said})")
         lines.append(f"config: {json.dumps(cfg)}")
         lines.append(f"why: {how}")
         target = get_target(arch)
@@ -270,7 +275,8 @@ def _where(v) -> str:
 def cmd_explain(args) -> int:
     target = _target(args.arch)
     params = dict(_param(p) for p in args.params)
-    for line in explain(target.arch, args.op, params, args.m, args.n, args.k, args.hidden):
+    for line in explain(target.arch, args.op, params, args.m, args.n, args.k, args.hidden,
+                        args.cus):
         print(line)
     return 0
 
@@ -420,6 +426,8 @@ def parser() -> argparse.ArgumentParser:
     ex.add_argument("--n", type=positive_int)
     ex.add_argument("--k", type=positive_int)
     ex.add_argument("--hidden", type=positive_int, help="row length H (RMSNorm family)")
+    ex.add_argument("--cus", type=positive_int, help="the device's multiprocessors (CUs / SMs), "
+                    "where a partition has fewer than the part (GEMM heuristic)")
     ex.set_defaults(run=cmd_explain)
 
     d = sub.add_parser("doctor", help="toolchains, HIP headers, folders, GPUs: what is missing")

@@ -149,6 +149,21 @@ def test_cache_clear_waits_for_a_build_and_keeps_its_lock(tmp_path, monkeypatch)
     assert done.is_set() and sorted(p.name for p in arch.iterdir()) == ["v.lock"]
 
 
+def test_explain_takes_a_partitions_multiprocessors():
+    """The heuristic's pick depends on the multiprocessors; a partition (MI300X in CPX mode:
+    38 CUs) has fewer than the part explain assumes."""
+    from codegen.cli import explain
+    from codegen.families import gemm
+
+    m, n, k = 1024, 3000, 4096
+    full, part = gemm.pick("gfx942", m, n, k), gemm.pick("gfx942", m, n, k, 38)
+    assert full != part
+    lines = explain("gfx942", gemm.FAMILY, {}, m, n, k, cus=38)
+    assert f"config: {json.dumps(part)}" in lines
+    assert any("38 multiprocessors (--cus)" in line for line in lines)
+    assert f"config: {json.dumps(full)}" in explain("gfx942", gemm.FAMILY, {}, m, n, k)
+
+
 def test_explain_says_table_hit_or_heuristic():
     from codegen.cli import explain
     from codegen.families import gemm
