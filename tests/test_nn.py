@@ -206,7 +206,7 @@ def test_rmsnorm_from_module_takes_eps_and_size_as_the_source_means_them():
     src = nn.RMSNorm(256, eps=None, dtype=torch.bfloat16)
     src.weight.data.copy_(w)
     layer = cnn.RMSNorm.from_module(src)
-    assert layer.eps == torch.finfo(torch.bfloat16).eps and layer.hidden_size == 256
+    assert layer.eps is None and layer.hidden_size == 256
     assert layer.weight.dtype == torch.bfloat16 and torch.equal(layer.weight, w)
     assert cnn.RMSNorm.from_module(nn.RMSNorm(64, eps=0.0)).eps == 0.0
     bare = cnn.RMSNorm.from_module(nn.RMSNorm(64, eps=1e-5, elementwise_affine=False))
@@ -232,6 +232,19 @@ def test_rmsnorm_from_module_takes_eps_and_size_as_the_source_means_them():
         cnn.RMSNorm.from_module(nameless)
     with pytest.raises(ValueError, match=r"norm: normalized shape \(8, 8\)"):
         cnn.RMSNorm.from_module(nn.Linear(8, 8))
+
+
+def test_rmsnorm_eps_none_is_the_inputs_dtypes_eps_call_by_call(monkeypatch):
+    """torch.nn.RMSNorm(eps=None) takes the input's machine epsilon at each call: a converted
+    weightless one (whose buffer is bf16) gives fp16 input fp16's eps, not bf16's."""
+    import codegen.ops as ops
+
+    seen = []
+    monkeypatch.setattr(ops, "rmsnorm", lambda x, w, eps: seen.append(eps) or x)
+    layer = cnn.RMSNorm.from_module(nn.RMSNorm(64, eps=None, elementwise_affine=False))
+    for dtype in (torch.float16, torch.float32, torch.bfloat16):
+        layer(torch.ones(2, 64, dtype=dtype))
+    assert seen == [torch.finfo(d).eps for d in (torch.float16, torch.float32, torch.bfloat16)]
 
 
 def test_rmsnorm_from_module_refuses_norms_that_compute_something_else():
