@@ -200,13 +200,13 @@ def test_the_entry_points_are_attributes_of_the_package():
 
 
 def test_rmsnorm_from_module_takes_eps_and_size_as_the_source_means_them():
-    """torch.nn.RMSNorm's eps=None is the dtype's machine epsilon, an eps of 0 stays 0, a
+    """torch.nn.RMSNorm's eps=None is fp32's machine epsilon, an eps of 0 stays 0, a
     Hugging Face style .variance_epsilon is read, and what RMSNorm cannot do is refused."""
     w = torch.randn(256, dtype=torch.bfloat16)
     src = nn.RMSNorm(256, eps=None, dtype=torch.bfloat16)
     src.weight.data.copy_(w)
     layer = cnn.RMSNorm.from_module(src)
-    assert layer.eps is None and layer.hidden_size == 256
+    assert layer.eps == torch.finfo(torch.float32).eps and layer.hidden_size == 256
     assert layer.weight.dtype == torch.bfloat16 and torch.equal(layer.weight, w)
     assert cnn.RMSNorm.from_module(nn.RMSNorm(64, eps=0.0)).eps == 0.0
     bare = cnn.RMSNorm.from_module(nn.RMSNorm(64, eps=1e-5, elementwise_affine=False))
@@ -234,17 +234,24 @@ def test_rmsnorm_from_module_takes_eps_and_size_as_the_source_means_them():
         cnn.RMSNorm.from_module(nn.Linear(8, 8))
 
 
-def test_rmsnorm_eps_none_is_the_inputs_dtypes_eps_call_by_call(monkeypatch):
-    """torch.nn.RMSNorm(eps=None) takes the input's machine epsilon at each call: a converted
-    weightless one (whose buffer is bf16) gives fp16 input fp16's eps, not bf16's."""
+def test_rmsnorm_eps_none_is_fp32s_epsilon_as_torchs(monkeypatch):
+    """torch.nn.RMSNorm(eps=None) takes fp32's machine epsilon for bf16, fp16 and fp32 inputs
+    alike (it computes in fp32), whatever its weight's dtype; a converted one gives the op the
+    same, and agrees with torch's module on rows small enough for eps to matter."""
     import codegen.ops as ops
+    from codegen import reference
 
     seen = []
-    monkeypatch.setattr(ops, "rmsnorm", lambda x, w, eps: seen.append(eps) or x)
-    layer = cnn.RMSNorm.from_module(nn.RMSNorm(64, eps=None, elementwise_affine=False))
-    for dtype in (torch.float16, torch.float32, torch.bfloat16):
-        layer(torch.ones(2, 64, dtype=dtype))
-    assert seen == [torch.finfo(d).eps for d in (torch.float16, torch.float32, torch.bfloat16)]
+    monkeypatch.setattr(ops, "rmsnorm",
+                        lambda x, w, eps: seen.append(eps) or reference.rmsnorm(x, w, eps))
+    for affine in (True, False):
+        src = nn.RMSNorm(64, eps=None, elementwise_affine=affine, dtype=torch.bfloat16)
+        layer = cnn.RMSNorm.from_module(src)
+        for dtype in (torch.float16, torch.float32, torch.bfloat16):
+            x = torch.full((2, 64), 0.01, dtype=dtype)
+            assert torch.allclose(layer(x).float(), src.to(dtype)(x).float(), rtol=1e-2)
+    assert set(seen) == {torch.finfo(torch.float32).eps}
+    assert cnn.RMSNorm(64, eps=None).eps == torch.finfo(torch.float32).eps
 
 
 def test_rmsnorm_from_module_refuses_norms_that_compute_something_else():

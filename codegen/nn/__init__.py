@@ -206,13 +206,14 @@ class RMSNorm(nn.Module):
     """RMSNorm over the last dim: forward(x) -> y; forward(x, residual) -> (y, residual) with
     residual = x + residual updated in place (vLLM's convention). quantize=True: y comes as an
     FP8Activation for the next BlockFP8Linear (RMSNorm and its FP8 quant in one kernel).
-    weight=None (elementwise_affine=False): a unit weight. eps=None: the input dtype's machine
-    epsilon, as torch.nn.RMSNorm takes it."""
+    weight=None (elementwise_affine=False): a unit weight. eps=None: fp32's machine epsilon,
+    as torch.nn.RMSNorm takes it for the bf16, fp16 and fp32 inputs it computes in fp32."""
 
     def __init__(self, hidden_size: int, eps: float | None = 1e-6, elementwise_affine: bool = True,
                  quantize: bool = False, device=None, dtype: torch.dtype = torch.bfloat16):
         super().__init__()
-        self.hidden_size, self.eps, self.quantize = hidden_size, eps, quantize
+        self.hidden_size, self.quantize = hidden_size, quantize
+        self.eps = eps if eps is not None else torch.finfo(torch.float32).eps
         w = torch.ones(hidden_size, device=device, dtype=dtype)
         if elementwise_affine:
             self.weight = nn.Parameter(w, requires_grad=False)
@@ -222,8 +223,8 @@ class RMSNorm(nn.Module):
     @classmethod
     def from_module(cls, norm: nn.Module, quantize: bool = False) -> "RMSNorm":
         """From torch.nn.RMSNorm or any module with .weight and .eps / .variance_epsilon that
-        normalizes over the last dim; torch's eps=None stays None (the input dtype's machine
-        epsilon, call by call). The module is run once on a probe and must give what
+        normalizes over the last dim (torch's eps=None is fp32's machine epsilon, whatever the
+        input's dtype). The module is run once on a probe and must give what
         RMSNorm gives: one that computes something else (Gemma's x * (1 + weight), LayerNorm's
         mean subtraction) is refused."""
         w = getattr(norm, "weight", None)
@@ -244,7 +245,7 @@ class RMSNorm(nn.Module):
                     device=w.device if w is not None else None, dtype=dtype)
         if w is not None:
             layer.weight.data.copy_(w.detach())
-        _same_as_rmsnorm(norm, layer.weight, eps)
+        _same_as_rmsnorm(norm, layer.weight, layer.eps)
         return layer
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
@@ -257,15 +258,14 @@ class RMSNorm(nn.Module):
         if w.dtype != x.dtype:
             w = w.to(x.dtype)
         r2 = residual.reshape(-1, h) if residual is not None and flat else residual
-        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
         if self.quantize:
-            q, s = ops.rmsnorm_group_quant(x2, w, eps, BLOCK, residual=r2)
+            q, s = ops.rmsnorm_group_quant(x2, w, self.eps, BLOCK, residual=r2)
             y = (FP8Activation(q.view(x.shape), s.view(*x.shape[:-1], h // BLOCK), x.dtype)
                  if flat else FP8Activation(q, s, x.dtype))
         elif residual is not None:
-            y = ops.fused_add_rmsnorm(x2, r2, w, eps)
+            y = ops.fused_add_rmsnorm(x2, r2, w, self.eps)
         else:
-            y = ops.rmsnorm(x2, w, eps)
+            y = ops.rmsnorm(x2, w, self.eps)
         if flat and not self.quantize:
             y = y.view(x.shape)
         if r2 is not None and flat and not residual.is_contiguous():
@@ -276,14 +276,13 @@ class RMSNorm(nn.Module):
         return f"{self.hidden_size}, eps={self.eps}, quantize={self.quantize}"
 
 
-def _same_as_rmsnorm(norm: nn.Module, weight: torch.Tensor, eps: float | None) -> None:
+def _same_as_rmsnorm(norm: nn.Module, weight: torch.Tensor, eps: float) -> None:
     """norm, run on a probe (rows with a mean, so that centring shows), agrees with
     x * rsqrt(mean(x^2) + eps) * weight to within its own roundings."""
     from .. import reference
 
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(4, weight.shape[0], generator=g) + 1.0).to(weight.device, weight.dtype)
-    eps = eps if eps is not None else torch.finfo(x.dtype).eps
     try:
         with torch.no_grad():
             got = norm(x)
