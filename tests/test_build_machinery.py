@@ -139,6 +139,11 @@ def test_device_compiles_of_a_folder_share_a_precompiled_header():
     assert f"build b.co: co b.hip | oclc_abi.bc {PCH}" in text
     assert f"build b.host.so: host b.hip | hip_shim.o\n" in text + "\n"
     assert text.count("-include-pch") == 2                  # the asm and co rules
-    assert "#include <hip/hip_runtime.h>" in support_files(CLANG, two)[PCH_SOURCE]
+    pch = support_files(CLANG, two)[PCH_SOURCE]
+    assert "#include <hip/hip_runtime.h>" in pch
+    # clang refuses a precompiled header built at other flags: those it reads from the
+    # environment rebuild it too (as they change the modules' keys)
+    assert support_files(CLANG, two, env={})[PCH_SOURCE] == pch
+    assert support_files(CLANG, two, env={"CCC_OVERRIDE_OPTIONS": "+-O0"})[PCH_SOURCE] != pch
     for tc, edges in ((CLANG, two[:1]), (TC, [Edge("a.so", "a.cu", "module")] * 2)):
         assert "pch" not in ninja_text(tc, edges) and PCH_SOURCE not in support_files(tc, edges)

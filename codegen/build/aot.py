@@ -14,7 +14,7 @@ from ..spec import Variant, enumerate_variants, families, validate
 from ..targets import Target
 from ..toolchain import Toolchain, find, hip_include_dir
 from . import store
-from .jit import aot_current, cache_key, key_record, run_ninja, source_key
+from .jit import aot_current, cache_key, compiler_env, key_record, run_ninja, source_key
 from .ninja import Edge, ninja_text, outputs_for, support_files, write_if_different
 from .resources import from_amdgpu_asm, from_ptxas_log
 
@@ -69,7 +69,7 @@ def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
             e.outputs += [(o, rule, emu_key) for o, rule in outputs_for(tc, e.variant.uri, True)]
         edges += [Edge(output, src, rule, headers) for output, rule, _ in e.outputs]
     hip = hip_include_dir(tc)
-    files.update(support_files(tc, edges, store.tree_hash(hip) if hip else ""))
+    files.update(support_files(tc, edges, store.tree_hash(hip) if hip else "", compiler_env()))
     files["build.ninja"] = ninja_text(tc, edges)
 
     def work() -> tuple[list[str], list[str]]:

@@ -59,6 +59,11 @@ COMPILER_ENV = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "CCC_OVERRIDE_OPTIONS
                 "HIPCC_COMPILE_FLAGS_APPEND", "HIPCC_LINK_FLAGS_APPEND")
 
 
+def compiler_env() -> dict[str, str]:
+    """Those of COMPILER_ENV that are set."""
+    return {k: os.environ[k] for k in COMPILER_ENV if os.environ.get(k)}
+
+
 def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -> str:
     """Content hash of everything that decides the bytes of the built module; emu: also of
     the emulator outputs (codegen.emu) and what they link."""
@@ -68,7 +73,7 @@ def cache_key(variant: Variant, source: str, tc: Toolchain, emu: bool = False) -
         "toolchain": tc.identity,
         "flags": list(tc.flags),
     }
-    if env := {k: os.environ[k] for k in COMPILER_ENV if os.environ.get(k)}:
+    if env := compiler_env():
         parts["compiler_env"] = env       # absent when unset: the keys of plain builds stay
     if emu:
         parts["emu"] = {"shim": file_hash(EMU_SHIM),
@@ -266,7 +271,7 @@ def _build_and_publish(variant: Variant, source: str, tc: Toolchain, base: Path,
         headers = tuple(str(p) for p in included_headers(source))
         edges = [Edge(out, src.name, rule, headers)
                  for out, rule in outputs_for(tc, variant.uri, emu)]
-        for name, text in support_files(tc, edges).items():
+        for name, text in support_files(tc, edges, env=compiler_env()).items():
             (staging / name).write_text(text)
         (staging / "build.ninja").write_text(ninja_text(tc, edges))
         result = run_ninja(staging)

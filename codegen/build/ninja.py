@@ -53,14 +53,17 @@ def uses_pch(tc: Toolchain, edges: list[Edge]) -> bool:
     return tc.name == "clang" and sum(e.kind in _DEVICE_RULES for e in edges) >= 2
 
 
-def support_files(tc: Toolchain, edges: list[Edge], hip_headers: str = "") -> dict[str, str]:
+def support_files(tc: Toolchain, edges: list[Edge], hip_headers: str = "",
+                  env: dict[str, str] | None = None) -> dict[str, str]:
     """Files the builder writes beside build.ninja for these edges (name -> text). hip_headers:
     a content hash of the toolchain's HIP headers, written into the precompiled header's source
-    so that it is built again when they (or the compiler) change: clang does not check system
-    headers against a precompiled header."""
+    so that it is built again when they (or the compiler, or env: the flags it reads from the
+    environment) change: clang does not check system headers against a precompiled header, and
+    refuses one built at other flags."""
     files = {"oclc_abi.cl": OCLC_ABI_SOURCE} if any(e.kind == "co" for e in edges) else {}
     if uses_pch(tc, edges):
-        stamp = hashlib.sha256(f"{tc.identity}\0{hip_headers}".encode()).hexdigest()[:24]
+        inputs = f"{tc.identity}\0{hip_headers}" + (f"\0{sorted(env.items())}" if env else "")
+        stamp = hashlib.sha256(inputs.encode()).hexdigest()[:24]
         files[PCH_SOURCE] = f"// compiler and HIP headers {stamp}\n" + PCH_TEXT
     return files
 
