@@ -4,6 +4,7 @@ easy to inject; the concurrency and SIGKILL guarantees with the real compiler ar
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -473,3 +474,24 @@ def test_published_dirs_follow_the_umask_and_odd_paths_work(fake):
     assert "$" in str(fake.cache_dir) and " " in str(fake.path)     # both paths are odd
     assert d.stat().st_mode & 0o777 == 0o755
     assert (d / f"{quant().uri}.s").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_build_waiting_on_its_lock_while_cache_clear_removes_its_folder_still_builds(fake):
+    """The builder makes <arch>/<uri>/, then waits on <uri>.lock; cache clear, holding it,
+    removes the folder. Once the lock is free the build goes on (it makes the folder again)."""
+    import threading
+
+    v = quant()
+    base = jit.compile_variant(v, loadable=False).parent
+    jit._verified.clear()
+    shutil.rmtree(base)
+    done = []
+    with store.locked(Path(str(base) + ".lock"), "test"):        # cache clear's hold
+        t = threading.Thread(target=lambda: done.append(jit.compile_variant(v, loadable=False)))
+        t.start()
+        while not base.exists():                                 # the builder made it...
+            time.sleep(0.01)
+        time.sleep(0.2)                                          # ...and waits on the lock
+        shutil.rmtree(base)                                      # cache clear removes it
+    t.join(60)
+    assert done and any(done[0].iterdir())

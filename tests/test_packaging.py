@@ -128,7 +128,8 @@ def test_cache_clear_removes_only_the_caches_folders(tmp_path):
     assert r.returncode == 0 and "gfx942" in r.stdout and "notes" not in r.stdout
     r = run(["-m", "codegen", "cache", "clear"], cwd=ROOT, env=env)
     assert r.returncode == 0, r.stderr
-    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert left == ["gfx942/v.lock", "notes.txt"]          # lock files stay (store.clear)
 
 
 def test_cache_clear_waits_for_a_build_and_keeps_its_lock(tmp_path, monkeypatch):
@@ -147,6 +148,30 @@ def test_cache_clear_waits_for_a_build_and_keeps_its_lock(tmp_path, monkeypatch)
         assert not done.wait(0.5) and (arch / "v" / "key" / "v.so").exists()
     t.join(30)
     assert done.is_set() and sorted(p.name for p in arch.iterdir()) == ["v.lock"]
+
+
+def test_cache_clear_holds_one_lock_at_a_time(tmp_path, monkeypatch):
+    """A cache of many variants: clear never holds more than one lock (an open file each)."""
+    import contextlib
+
+    from codegen.build import store
+
+    arch = tmp_path / "gfx942"
+    for i in range(50):
+        (arch / f"v{i}" / "key").mkdir(parents=True)
+    held, most, real = [0], [0], store.locked
+
+    @contextlib.contextmanager
+    def counting(lock, origin):
+        with real(lock, origin):
+            held[0] += 1
+            most[0] = max(most[0], held[0])
+            yield
+            held[0] -= 1
+    monkeypatch.setattr(store, "locked", counting)
+    store.clear(arch, "test")
+    assert most[0] == 1 and sorted(p.name for p in arch.iterdir()) == sorted(
+        f"v{i}.lock" for i in range(50))
 
 
 def test_explain_takes_a_partitions_multiprocessors():

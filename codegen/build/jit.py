@@ -219,6 +219,7 @@ def compile_variant(variant: Variant, loadable: bool = False, emu: bool = False)
     if final not in _verified or not final.exists():
         store.ensure_dir(base, origin)
         with store.locked(Path(str(base) + ".lock"), origin):
+            store.ensure_dir(base, origin)     # cache clear may have removed it meanwhile
             # second look, under the lock: another process may have built (or repaired) it
             reason = store.damage(final, names) if final.exists() else None
             if final.exists() and reason:

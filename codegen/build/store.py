@@ -215,18 +215,19 @@ def remove_dead_staging(base: Path) -> None:
 
 
 def clear(folder: Path, origin: str) -> None:
-    """Removes what a cache folder holds while holding every build lock in it, so that builds
-    running now finish first. The lock files stay: a process may be waiting on one, and a new
-    file under the same name would let two builders in at once."""
-    locks = sorted(folder.rglob("*.lock"))
-    with contextlib.ExitStack() as held:
-        for lock in locks:
-            held.enter_context(locked(lock, origin))
-        for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-            if path.is_dir() and not path.is_symlink():
-                if not any(path.iterdir()):
-                    path.rmdir()
-            elif not path.name.endswith((".lock", ".lock.holder")):
-                path.unlink()
-        if not any(folder.iterdir()):
-            folder.rmdir()
+    """Removes what a cache folder holds: each folder in it under the lock beside it
+    (<name>.lock), which its builders hold while they write in it, one lock at a time. The
+    lock files stay: a process may be waiting on one, and a new file under the same name would
+    let two builders in at once."""
+    import shutil
+
+    for path in sorted(folder.iterdir()):
+        if path.name.endswith((".lock", ".lock.holder")):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            with locked(path.with_name(path.name + ".lock"), origin):
+                shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if not any(folder.iterdir()):
+        folder.rmdir()

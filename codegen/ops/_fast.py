@@ -79,10 +79,12 @@ def _build():
         from ..build import store
 
         out = build_dir()
-        out.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
         # torch's own build lock is a plain file, left behind by a build that was killed, and
-        # then waited on forever: under this lock (the OS releases it) any such file is stale
-        with store.locked(out / ".codegen.lock", knobs.cache_dir_origin()):
+        # then waited on forever: under this lock (the OS releases it) any such file is stale.
+        # The lock lies beside the folder it guards, as the JIT cache's (store.clear).
+        with store.locked(out.with_name(out.name + ".lock"), knobs.cache_dir_origin()):
+            out.mkdir(exist_ok=True)
             (out / "lock").unlink(missing_ok=True)
             mod = load("codegen_fastcall", [str(SOURCE)], build_directory=str(out),
                        extra_cflags=["-O2"], verbose=False)
