@@ -177,7 +177,7 @@ def test_cache_clear_holds_one_lock_at_a_time(tmp_path, monkeypatch):
 def test_explain_takes_a_partitions_multiprocessors():
     """The heuristic's pick depends on the multiprocessors; a partition (MI300X in CPX mode:
     38 CUs) has fewer than the part explain assumes."""
-    from codegen.cli import explain
+    from codegen.cli import CliError, explain
     from codegen.families import gemm
 
     m, n, k = 1024, 3000, 4096
@@ -187,6 +187,8 @@ def test_explain_takes_a_partitions_multiprocessors():
     assert f"config: {json.dumps(part)}" in lines
     assert any("38 multiprocessors (--cus)" in line for line in lines)
     assert f"config: {json.dumps(full)}" in explain("gfx942", gemm.FAMILY, {}, m, n, k)
+    with pytest.raises(CliError, match="--cus: only the GEMM"):
+        explain("gfx942", "rmsnorm", {}, hidden=4096, cus=38)
 
 
 def test_explain_says_table_hit_or_heuristic():
