@@ -175,7 +175,7 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
     if op not in families():
         raise CliError(f"op: unknown {op!r}; expected one of {', '.join(families())}")
     if cus is not None and op != gemm.FAMILY:
-        raise CliError(f"--cus: only the GEMM's heuristic reads the multiprocessors, not {op}'s")
+        raise CliError(f"--cus: explain uses it for the GEMM's config pick only, not {op}")
     lines = []
     if op == gemm.FAMILY:
         if None in (m, n, k):

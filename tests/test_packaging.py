@@ -128,8 +128,7 @@ def test_cache_clear_removes_only_the_caches_folders(tmp_path):
     assert r.returncode == 0 and "gfx942" in r.stdout and "notes" not in r.stdout
     r = run(["-m", "codegen", "cache", "clear"], cwd=ROOT, env=env)
     assert r.returncode == 0, r.stderr
-    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
-    assert left == ["gfx942/v.lock", "notes.txt"]          # lock files stay (store.clear)
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
 def test_cache_clear_waits_for_a_build_and_keeps_its_lock(tmp_path, monkeypatch):
@@ -159,6 +158,7 @@ def test_cache_clear_holds_one_lock_at_a_time(tmp_path, monkeypatch):
     arch = tmp_path / "gfx942"
     for i in range(50):
         (arch / f"v{i}" / "key").mkdir(parents=True)
+        (arch / f"v{i}.lock").touch()
     held, most, real = [0], [0], store.locked
 
     @contextlib.contextmanager
@@ -187,7 +187,7 @@ def test_explain_takes_a_partitions_multiprocessors():
     assert f"config: {json.dumps(part)}" in lines
     assert any("38 multiprocessors (--cus)" in line for line in lines)
     assert f"config: {json.dumps(full)}" in explain("gfx942", gemm.FAMILY, {}, m, n, k)
-    with pytest.raises(CliError, match="--cus: only the GEMM"):
+    with pytest.raises(CliError, match="--cus: explain uses it for the GEMM's"):
         explain("gfx942", "rmsnorm", {}, hidden=4096, cus=38)
 
 

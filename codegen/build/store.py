@@ -215,19 +215,25 @@ def remove_dead_staging(base: Path) -> None:
 
 
 def clear(folder: Path, origin: str) -> None:
-    """Removes what a cache folder holds: each folder in it under the lock beside it
-    (<name>.lock), which its builders hold while they write in it, one lock at a time. The
-    lock files stay: a process may be waiting on one, and a new file under the same name would
-    let two builders in at once."""
+    """Removes what a cache folder holds: each folder <name> in it under the lock beside it
+    (<name>.lock) where there is one, which its builders hold while they write in it (they make
+    the folder again once they hold it), one lock at a time. The lock files stay: a process may
+    be waiting on one, and a new file under the same name would let two builders in at once."""
     import shutil
 
-    for path in sorted(folder.iterdir()):
-        if path.name.endswith((".lock", ".lock.holder")):
-            continue
-        if path.is_dir() and not path.is_symlink():
-            with locked(path.with_name(path.name + ".lock"), origin):
-                shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-    if not any(folder.iterdir()):
-        folder.rmdir()
+    try:
+        for path in sorted(folder.iterdir()):
+            lock = path.with_name(path.name + ".lock")
+            if path.name.endswith((".lock", ".lock.holder")):
+                continue
+            if not path.is_dir() or path.is_symlink():
+                path.unlink(missing_ok=True)
+            elif lock.exists():
+                with locked(lock, origin):
+                    shutil.rmtree(path)
+            else:
+                shutil.rmtree(path)
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    except OSError as e:
+        raise storage_error(e, origin) from None

@@ -59,6 +59,11 @@ def _finish_build() -> None:
     _state["mod"] = mod
 
 
+# Where the folder's lock lies (beside it); another layout sharing the cache never meets this
+# one in the same folder.
+FOLDER_LAYOUT = "l2"
+
+
 def build_dir() -> Path:
     """The extension's folder in the cache: named by torch's and Python's versions and the
     source's hash, so that a build of another source is never reused."""
@@ -67,7 +72,8 @@ def build_dir() -> Path:
     import torch
 
     source = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    tag = f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{source}"
+    tag = (f"torch{torch.__version__}-py{sys.version_info[0]}{sys.version_info[1]}-{source}"
+           f"-{FOLDER_LAYOUT}")
     return knobs.cache_dir() / "fastcall" / tag.replace("+", "_")
 
 
