@@ -190,3 +190,42 @@ def test_decode_gemm_sass(cfg):
     if cfg["kernel"] == "gemv":
         assert "UBLKPF" in code and code.index("UBLKPF") < code.index("ACQBULK"), \
             "no L2 prefetch of the weights before griddepcontrol.wait"
+
+
+# Local memory in the memory-bound kernels (the largest stack frame of a module, bytes): the
+# fp32 + residual + scalar 1024-thread two-pass tier keeps its row index there across the fp32
+# division's slow-path call (1024 threads leave 64 registers each); the fp16 UE8M0 quant's
+# 32-thread tier keeps 8 bytes. One store and one load a thread; every other kernel has none.
+KNOWN_STACK = {"rmsnorm_fp32_residual_scalar": 8,
+               "rmsnorm_group_quant_fp16_g64_e4m3fn448_ue8m0": 8,
+               "rmsnorm_group_quant_fp16_g128_e4m3fn448_ue8m0": 8}
+MEMORY_BOUND = ("group_quant_fp8", "rmsnorm", "rmsnorm_group_quant", "dual_rmsnorm_group_quant")
+
+
+def _ptxas_report(v) -> str:
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "k.cu"
+        src.write_text(render(v))
+        return subprocess.run([NVCC, "-gencode=arch=compute_90a,code=sm_90a", *COMMON, "-cubin",
+                               "-Xptxas=-v", "-o", str(Path(d) / "k.cubin"), str(src)],
+                              capture_output=True, text=True, check=True).stderr
+
+
+@pytest.mark.parametrize("family", MEMORY_BOUND)
+def test_memory_bound_kernels_keep_to_registers(family):
+    """Every sm_90a variant of the family compiles without spills or a stack frame, but for the
+    few in KNOWN_STACK, which keep exactly what they are known to."""
+    from codegen.spec import enumerate_variants, validate
+
+    variants = [v for v in enumerate_variants(family, get_target("sm_90a"))
+                if validate(v) is None]
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        reports = list(pool.map(_ptxas_report, variants))
+    found = {}
+    for v, report in zip(variants, reports):
+        frames = [int(b) for b in re.findall(r"(\d+) bytes stack frame", report)]
+        assert frames, report
+        if max(frames):
+            found[v.uri] = max(frames)
+    uris = {v.uri for v in variants}
+    assert found == {u: b for u, b in KNOWN_STACK.items() if u in uris}
