@@ -381,8 +381,8 @@ def cmd_cache(args) -> int:
     print(f"JIT cache: {root} (chosen by {knobs.cache_dir_origin()})")
     total = 0
     for folder in owned:
-        if not folder.is_dir():
-            continue
+        if not folder.is_dir() or all(p.suffix == ".lock" for p in folder.iterdir()):
+            continue       # absent, or cleared (its lock files stay: store.clear)
         size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
         mods = sum(1 for _ in folder.glob("*/*/artifact.json"))
         total += size

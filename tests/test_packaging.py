@@ -147,6 +147,9 @@ def test_cache_clear_waits_for_a_build_and_keeps_its_lock(tmp_path, monkeypatch)
         assert not done.wait(0.5) and (arch / "v" / "key" / "v.so").exists()
     t.join(30)
     assert done.is_set() and sorted(p.name for p in arch.iterdir()) == ["v.lock"]
+    r = run(["-m", "codegen", "cache"], cwd=ROOT, env={**os.environ, "CODEGEN_CACHE_DIR":
+                                                         str(tmp_path)})
+    assert r.returncode == 0 and "gfx942" not in r.stdout and "empty" in r.stdout   # cleared
 
 
 def test_cache_clear_holds_one_lock_at_a_time(tmp_path, monkeypatch):
