@@ -108,10 +108,11 @@ def check_written(name: str, t: torch.Tensor, in_place: str | None = None, **oth
     """t, which a kernel writes, shares no memory with the operands in others (None: absent),
     except the one named in_place, which it may be exactly: the kernels read and write rows in
     no particular order."""
+    traced = is_compiling()
     for other, o in others.items():
         if o is None:
             continue
-        if is_compiling():    # traced tensors have no addresses: only the same tensor is told
+        if traced:    # traced tensors have no addresses: only the same tensor is told
             if t is not o or other == in_place:
                 continue
         elif not overlap(t, o) or (other == in_place and t.data_ptr() == o.data_ptr()

@@ -81,13 +81,17 @@ def _check_residuals(residual, residual_out, x) -> None:
         _check_residual(residual_out, x, "residual_out")
 
 
-def _check_sum_written(x, weight, residual, residual_out) -> None:
-    """The residual sum goes into residual_out (residual itself, or apart from it), else into
-    residual: apart from x and weight either way."""
+def _check_writes(x, weight, residual, residual_out, out=None) -> None:
+    """out (where given) is x itself or apart from every other operand; the residual sum goes
+    into residual_out (residual itself, or apart from it), else into residual: apart from x and
+    weight either way."""
+    if out is not None:
+        check_written("out", out, "x", x=x, weight=weight, residual=residual,
+                      residual_out=residual_out)
     if residual_out is not None:
         check_written("residual_out", residual_out, "residual", residual=residual, x=x,
                       weight=weight)
-    else:
+    elif residual is not None:
         check_written("residual", residual, x=x, weight=weight)
 
 
@@ -192,11 +196,7 @@ def _norm(x, residual, weight, eps, kernels=None, out=None, record=None, residua
     y = x.new_empty((t, h)) if out is None else out
     if t == 0:
         return y
-    if out is not None:
-        check_written("out", y, "x", x=x, weight=weight, residual=residual,
-                      residual_out=residual_out)
-    if residual is not None:
-        _check_sum_written(x, weight, residual, residual_out)
+    _check_writes(x, weight, residual, residual_out, out)
     # 16-byte accesses when every row of every operand starts on a 16-byte boundary
     vector = (h * x.element_size()) % 16 == 0 and _rows_aligned(x) and _rows_aligned(weight) \
         and _rows_aligned(y) and (residual is None or _rows_aligned(residual)) \
@@ -280,9 +280,7 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         return _check_eps(eps)
     if _is_compiling():
         eps = check()
-        _check_sum_written(x, weight, residual, residual_out)
-        if out is not None:
-            check_written("out", out, "x", x=x, residual=residual, residual_out=residual_out)
+        _check_writes(x, weight, residual, residual_out, out)
         return _into(out, torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, eps,
                                                               residual_out))
     y = _fast.call("norm", ("fused_add_rmsnorm", eps), x, residual, weight, residual_out, out)
@@ -335,8 +333,7 @@ def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp
         _check_aligned_residual(residual_out, "residual_out")
     elif residual is not None:
         _check_aligned_residual(residual)
-    if residual is not None:
-        _check_sum_written(x, weight, residual, residual_out)
+    _check_writes(x, weight, residual, residual_out)
     if record is not None and y is None and _rows_aligned(x) and _rows_aligned(weight):
         keep = (x, weight, residual, residual_out)
     else:
@@ -399,8 +396,7 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
         return (_check_eps(eps), *resolve_fp8(x, None, fp8_max))
     if _is_compiling():
         eps, fp8_dtype, fmax = check()
-        if residual is not None:
-            _check_sum_written(x, weight, residual, residual_out)
+        _check_writes(x, weight, residual, residual_out)
         q, s, y = torch.ops.codegen.rmsnorm_group_quant(
             x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
             bool(also_return_unquantized), fmax, fp8_dtype, residual_out)
