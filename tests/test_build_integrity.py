@@ -343,6 +343,19 @@ def test_full_disk_is_named_and_leaves_no_partial_output(fake, monkeypatch):
         jit.compile_variant(v)
 
 
+def test_a_compile_that_fails_leaves_no_output_for_a_later_build(fake, tmp_path, monkeypatch):
+    """ninja keeps what a failed command wrote: a partial module must not be recorded as built,
+    nor taken for a current one by the next build."""
+    out, target = tmp_path / "gen", get_target("sm_90a")      # modules (.so), no header step
+    monkeypatch.setenv("FAKE_CC_FAIL", "enospc")     # writes a partial output, then fails
+    rows = aot.build(target, ops=["rmsnorm"], out_dir=out)["variants"]
+    assert rows and all(r["status"] == "failed" for r in rows)
+    assert not list((out / "sm_90a").glob("*.so")) and not list((out / "sm_90a").glob("*.key"))
+    monkeypatch.delenv("FAKE_CC_FAIL")
+    rows = aot.build(target, ops=["rmsnorm"], out_dir=out)["variants"]
+    assert all(r["status"] == "ok" for r in rows)
+
+
 def test_a_run_with_nothing_to_do_writes_nothing(fake, tmp_path, monkeypatch):
     out, target = tmp_path / "gen", get_target("gfx950")
     aot.build(target, ops=["group_quant_fp8"], out_dir=out)

@@ -79,8 +79,10 @@ def _value(words) -> str:
 
 
 # The compiler's output goes to <out>.log (ptxas -v writes the resource report there); on
-# failure it is printed, so ninja shows it.
-_RUN = "$compiler {flags} -o $out $in > $out.log 2>&1 || (cat $out.log; exit 1)"
+# failure it is printed, so ninja shows it, and what the compiler left at $out is removed: ninja
+# keeps a failed command's output, and a later build would take a partial file for a module.
+_FAILED = " || (rm -f $out; cat $out.log; exit 1)"
+_RUN = "$compiler {flags} -o $out $in > $out.log 2>&1" + _FAILED
 
 
 def ninja_text(tc: Toolchain, edges: list[Edge]) -> str:
@@ -136,8 +138,7 @@ def _emu_rules(tc: Toolchain, use_pch: str) -> list[str]:
         # -fuse-cuid=none: the registration refers to __hip_fatbin, which the shim defines.
         "rule host",
         "  command = ($compiler $host_flags -fuse-cuid=none -c -o $out.o $in && $compiler -shared"
-        f" -Wl,-Bsymbolic -o $out $out.o {SHIM_OBJECT} -lstdc++) > $out.log 2>&1"
-        " || (cat $out.log; exit 1)",
+        f" -Wl,-Bsymbolic -o $out $out.o {SHIM_OBJECT} -lstdc++) > $out.log 2>&1" + _FAILED,
         "  description = host launcher $out",
         "",
         "rule shim",
