@@ -313,6 +313,31 @@ def test_precompiled_header_is_built_again_with_new_hip_headers(fake, tmp_path):
 
 # ---- 4. causes named ----
 
+def test_a_build_with_nothing_to_do_keeps_what_another_build_published(fake, tmp_path,
+                                                                       monkeypatch):
+    """The manifest and dispatch table are merged under the folder's lock: a build with nothing
+    to do that read them just before another build published its rows does not write them
+    back without those rows."""
+    out, target = tmp_path / "gen", get_target("gfx950")
+    aot.build(target, ops=["rmsnorm"], out_dir=out)
+    real, fired = aot._read_json, []
+
+    def read_json(path):
+        text = real(path)
+        if path.name == "manifest.json" and not fired:    # the other build, in this one's window
+            fired.append(path)
+            monkeypatch.setattr(aot, "_read_json", real)
+            aot.build(target, ops=["group_quant_fp8"], out_dir=out)
+        return text
+    monkeypatch.setattr(aot, "_read_json", read_json)
+    aot.build(target, ops=["rmsnorm"], out_dir=out)
+    assert fired
+    rows = json.loads((out / "gfx950" / "manifest.json").read_text())["variants"]
+    table = json.loads((out / "gfx950" / "dispatch.json").read_text())
+    assert {r["op"] for r in rows} == {"rmsnorm", "group_quant_fp8"}
+    assert {"rmsnorm", "group_quant_fp8"} <= set(table)
+
+
 def test_bad_jobs_are_refused_before_any_build(fake, tmp_path, monkeypatch):
     out = subprocess.run([sys.executable, "build.py", "--arch", "gfx950", "--jobs", "-3"],
                          cwd=ROOT, capture_output=True, text=True)

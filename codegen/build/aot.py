@@ -79,8 +79,10 @@ def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
                                                       and not (out / f"{o}.log").exists())]
         return stale, [n for n, t in files.items() if _read(out / n) != t]
     if work() == ([], []):
-        return _publish(out, target, ops, _manifest(target, tc, entries, out, ""),
-                        _dispatch(entries), origin)
+        manifest, texts = _merged(out, target, ops, _manifest(target, tc, entries, out, ""),
+                                  _dispatch(entries))
+        if all(_read(out / n) == t for n, t in texts.items()):
+            return manifest   # a read-only folder stays usable; a change waits for the lock
     with store.locked(out / ".build.lock", origin):
         try:
             stale, changed = work()  # second look: a build that held the lock may have done it
@@ -129,8 +131,9 @@ def _read_json(path: Path) -> dict:
     return {}
 
 
-def _publish(out: Path, target: Target, ops, manifest: dict, table: dict, origin: str) -> dict:
-    """Merges this run's families into the folder's manifest and dispatch table."""
+def _merged(out: Path, target: Target, ops, manifest: dict, table: dict) -> tuple[dict, dict]:
+    """This run's families merged into the folder's manifest and dispatch table: the manifest,
+    and the two files' texts."""
     built = set(ops or families())
     old = _read_json(out / "manifest.json")
     if old.get("arch") == target.arch:
@@ -139,9 +142,17 @@ def _publish(out: Path, target: Target, ops, manifest: dict, table: dict, origin
     old_table = _read_json(out / "dispatch.json")
     table = dict(sorted({**{k: v for k, v in old_table.items() if k not in built},
                          **table}.items()))
+    return manifest, {"manifest.json": json.dumps(manifest, indent=1) + "\n",
+                      "dispatch.json": json.dumps(table, indent=1) + "\n"}
+
+
+def _publish(out: Path, target: Target, ops, manifest: dict, table: dict, origin: str) -> dict:
+    """Merges this run's families into the folder's manifest and dispatch table (under the
+    folder's lock: another build's rows are not written over)."""
+    manifest, texts = _merged(out, target, ops, manifest, table)
     try:
-        write_if_different(out / "manifest.json", json.dumps(manifest, indent=1) + "\n")
-        write_if_different(out / "dispatch.json", json.dumps(table, indent=1) + "\n")
+        for name, text in texts.items():
+            write_if_different(out / name, text)
     except OSError as e:
         raise store.storage_error(e, origin) from None
     return manifest
