@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +21,7 @@ import torch
 
 from . import reference
 from .bench import a_scales_as, graph_us, graphs_us, input_sets
-from .build import module_path
+from .build import module_path, store
 from .families import gemm as fam
 from .spec import Variant, make_variant, validate
 from .targets import get_target, native_arch
@@ -196,10 +195,16 @@ def write_table(path, arch: str, entries: list[dict], base: dict) -> None:
                 else None, date=time.strftime("%Y-%m-%d"),
                 note="written by python -m codegen.tune; us / tflops: the winner's graph time",
                 entries=list(merged.values()))
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    store.write_atomic(Path(path), json.dumps(data, indent=1) + "\n")
+
+
+def table_scope(args, arch: str) -> tuple[Path, dict, bool]:
+    """Where a run writes its table; the entries its cells go over (that file's where it
+    exists, else the arch's table), and whether its last write drops the others: only a run
+    over every M bucket, shape and kernel does (--quick times five M values only)."""
+    path = Path(args.out) if args.out else fam.table_path(arch)
+    base = fam.table_entries(path if path.exists() else fam.table_path(arch))
+    return path, base, not (args.ms or args.shapes or args.kernels or args.quick)
 
 
 def main(argv=None) -> int:
@@ -262,9 +267,7 @@ def main(argv=None) -> int:
     entries = []
     # a restricted run keeps the table's other entries in place; every cell's winner is
     # written as it is found, so a run cut short keeps the cells it finished
-    path = args.out or fam.table_path(arch)
-    full = not (args.ms or args.shapes or args.kernels)
-    base = fam.table_entries(fam.table_path(arch))
+    path, base, full = table_scope(args, arch)
     for m in ms:   # M ascending outside: see bench.gemm_section
         for n, k in shapes:
             nbytes = m * k + n * k + m * n * 2

@@ -193,6 +193,27 @@ def test_tuner_writes_each_cell_over_the_table(tmp_path):
     assert list(fam.table_entries(path)) == [(16, 576, 7168), (4096, 576, 7168)]
 
 
+def test_only_a_full_tune_run_drops_the_tables_other_entries(tmp_path):
+    """--quick times five M values: like --ms / --shapes / --kernels, it keeps the table's other
+    entries. With --out, the entries kept are that file's where it exists (a run resumed)."""
+    import argparse
+
+    from codegen.tune import table_scope, write_table
+
+    ap_defaults = dict(quick=False, ms=None, shapes=None, kernels=None, out=None)
+    args = lambda **kw: argparse.Namespace(**{**ap_defaults, **kw})   # noqa: E731
+    table = fam.table_path("sm_90a")
+    assert table_scope(args(), "sm_90a") == (table, fam.table_entries(table), True)
+    for kw in (dict(quick=True), dict(ms="16"), dict(shapes="576x7168"), dict(kernels="tma")):
+        assert table_scope(args(**kw), "sm_90a")[2] is False, kw
+    out = tmp_path / "mine.json"
+    assert table_scope(args(out=str(out), ms="16"), "sm_90a")[1] == fam.table_entries(table)
+    mine = [dict(m=16, n=576, k=7168, config=fam.config("tma", 128, 128, stages=4), us=1.0,
+                 tflops=1.0)]
+    write_table(out, "sm_90a", mine, {})
+    assert table_scope(args(out=str(out), ms="64"), "sm_90a")[1] == fam.table_entries(out)
+
+
 def test_tuner_candidates_validate():
     from codegen.tune import candidates
 
