@@ -239,6 +239,72 @@ def test_compiled_calls_refuse_written_operands_that_are_others(cpu_impls, case)
         torch.compile(fn, fullgraph=True, backend="aot_eager")(rows(4, 256), rows(4, 256))
 
 
+def test_registered_ops_check_their_operands(cpu_impls):
+    """torch.ops.codegen.* called directly (as integrations do) has had no other check: each
+    refuses what its op refuses, naming the argument, before any launch."""
+    x, w, r = rows(8, 256), rows(1, 256)[0], rows(8, 256)
+    fp8 = torch.float8_e4m3fn
+    cases = [
+        (lambda: torch.ops.codegen.rmsnorm(x, rows(1, 16)[0], 1e-6), "weight: shape"),
+        (lambda: torch.ops.codegen.rmsnorm(rows(8, 256, torch.float64), w, 1e-6), "x: dtype"),
+        (lambda: torch.ops.codegen.fused_add_rmsnorm(x, rows(2, 256), w, 1e-6), "residual: shape"),
+        (lambda: torch.ops.codegen.fused_add_rmsnorm(x, rows(8, 256, torch.float32), w, 1e-6),
+         "residual: dtype"),
+        (lambda: torch.ops.codegen.rmsnorm_group_quant(x, w, rows(2, 256), 1e-6, 128, "row",
+                                                       False, False, 448.0, fp8),
+         "residual: shape"),
+        (lambda: torch.ops.codegen.rmsnorm_group_quant(x, w, None, 1e-6, 128, "row", False,
+                                                       False, 448.0, torch.float8_e5m2),
+         "fp8_dtype"),
+        (lambda: torch.ops.codegen.dual_rmsnorm_group_quant(x, w, rows(4, 256), w, 1e-6, 128,
+                                                            "row", False, 448.0, fp8),
+         "kv: 4 rows"),
+        (lambda: torch.ops.codegen.per_token_group_quant_fp8(rows(8, 200), 128, "row", False,
+                                                             448.0, fp8), "x: hidden size 200"),
+        (lambda: torch.ops.codegen.per_token_group_quant_fp8(rows(8, 512)[:, ::2], 128, "row",
+                                                             False, 448.0, fp8),
+         "x: last dim must be contiguous"),
+    ]
+    for call, message in cases:
+        with pytest.raises((TypeError, ValueError), match=message):
+            call()
+    assert cpu_impls.launches == 0
+    torch.ops.codegen.fused_add_rmsnorm(x, r, w, 1e-6)
+    torch.ops.codegen.per_token_group_quant_fp8(x, 128, "row", False, 448.0, fp8)
+    assert cpu_impls.launches == 2
+
+
+def test_parameters_equal_to_a_plans_but_of_another_type(device):
+    """128.0 == 128 and True == 1.0 hash alike: a plan made by the one must not take the other."""
+    x, w = rows(4, 256), rows(1, 256)[0]
+    ops.per_token_group_quant_fp8(x, 128)
+    ops.rmsnorm_group_quant(x, w, 1.0, 128)
+    ops.dual_rmsnorm_group_quant(x, w, x, w, 1.0, 128)
+    ops.rmsnorm(x, w, 1.0)
+    launches = device.launches
+    for call in (lambda: ops.per_token_group_quant_fp8(x, 128.0),
+                 lambda: ops.rmsnorm_group_quant(x, w, 1.0, 128.0),
+                 lambda: ops.dual_rmsnorm_group_quant(x, w, x, w, 1.0, 128.0)):
+        with pytest.raises(TypeError, match="group_size: expected an int"):
+            call()
+    for call in (lambda: ops.rmsnorm(x, w, True), lambda: ops.rmsnorm_group_quant(x, w, True),
+                 lambda: ops.dual_rmsnorm_group_quant(x, w, x, w, True)):
+        with pytest.raises(TypeError, match="eps: expected a float"):
+            call()
+    assert device.launches == launches
+
+
+def test_ops_on_an_arch_without_kernels_are_unsupported(device):
+    from codegen.dispatch import Unsupported
+
+    device.arch = "sm_80"
+    x, w = rows(4, 256), rows(1, 256)[0]
+    with pytest.raises(Unsupported, match="q: device arch"):
+        ops.dual_rmsnorm_group_quant(x, w, x, w)
+    with pytest.raises(Unsupported, match="x: device arch"):
+        ops.rmsnorm_group_quant(x, w)
+
+
 def test_compiled_calls_take_the_identities_the_ops_allow(cpu_impls):
     import torch._dynamo
 

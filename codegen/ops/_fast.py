@@ -139,9 +139,13 @@ def keep(op: int, params: tuple, tensors: tuple, kern: tuple, out_dtype, ints: t
     """Records a checked and launched call's plan for the C++ path (GPU tensors only: the
     emulator's host tensors stay on the Python path)."""
     fast = module()
-    if fast is not None and not on_emulator(tensors[0]):
-        fast.record(op, param_id(params), tensors, address(kern[0]), kern[1], out_dtype, ints,
-                    eps)
+    if fast is None or on_emulator(tensors[0]):
+        return
+    try:
+        pid = param_id(params)
+    except TypeError:          # an unhashable parameter: no plan
+        return
+    fast.record(op, pid, tensors, address(kern[0]), kern[1], out_dtype, ints, eps)
 
 
 def clear() -> None:

@@ -41,14 +41,14 @@ def _fake(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
     return q, empty_scales(t, h // group_size, scale_layout, x)
 
 
-def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype, kernel=None, out=None):
+def _launch(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype, kernel, out=None):
     x = aligned_copy(x)
     t, h = x.shape
     q = x.new_empty((t, h), dtype=fp8_dtype) if out is None else out
     s = empty_scales(t, h // group_size, scale_layout, x)
     if t == 0 or h == 0:
         return q, s
-    fn, uri = kernel or _kernel(x, group_size, scale_layout, ue8m0, fp8_max)
+    fn, uri = kernel
     groups = h // group_size
     rc = launch(fn, x, x.data_ptr(), q.data_ptr(), s.data_ptr(), t * groups, groups,
                 x.stride(0) * x.element_size(), scale_col_stride(t, scale_layout),
@@ -63,6 +63,13 @@ def _kernel(x, group_size, scale_layout, ue8m0, fp8_max):
                     scale_layout=scale_layout, ue8m0=ue8m0, fp8_max=fp8_max)
 
 
+def _impl(x, group_size, scale_layout, ue8m0, fp8_max, fp8_dtype):
+    """torch.ops.codegen.per_token_group_quant_fp8, checked as the op checks (a direct call has
+    had no other check; a compiled graph's, one per signature)."""
+    _, fmax, kern = _plan(x, group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
+    return _launch(x, group_size, scale_layout, ue8m0, fmax, fp8_dtype, kern)
+
+
 LIB.impl("per_token_group_quant_fp8", _impl, "CUDA")
 
 
@@ -70,7 +77,8 @@ _fp8_cache: dict[tuple, tuple[torch.dtype, float]] = {}
 CACHES.append(_fp8_cache)
 
 
-def resolve_fp8(x: torch.Tensor, fp8_dtype, fp8_max) -> tuple[torch.dtype, float]:
+def resolve_fp8(x: torch.Tensor, fp8_dtype, fp8_max, name: str = "x"
+                ) -> tuple[torch.dtype, float]:
     """The FP8 dtype and max for x's device: the target's default unless asked otherwise."""
     key = (x.device.index, fp8_dtype, fp8_max)
     hit = _fp8_cache.get(key)
@@ -79,9 +87,9 @@ def resolve_fp8(x: torch.Tensor, fp8_dtype, fp8_max) -> tuple[torch.dtype, float
     try:
         target = get_target(arch(x))
     except ValueError as e:
-        raise Unsupported(f"x: device arch not supported: {e}") from None
+        raise Unsupported(f"{name}: device arch not supported: {e}") from None
     if not target.has_fp8:
-        raise Unsupported(f"x: arch {target.arch} has no FP8 support")
+        raise Unsupported(f"{name}: arch {target.arch} has no FP8 support")
     try:
         fmt = target.fp8_format(fp8_max)
     except ValueError as e:
@@ -131,6 +139,23 @@ _plans: dict[tuple, tuple] = {}
 CACHES.append(_plans)
 
 
+def _plan(x, group_size, scale_layout, ue8m0, fp8_dtype, fp8_max) -> tuple:
+    """(FP8 dtype, FP8 max, (launcher, uri)): everything but T checked, and the kernel built or
+    loaded (JIT), once per plan key."""
+    try:
+        key = (x.dtype, x.get_device(), x.dim(), x.shape[-1], x.stride(-1), min(len(x), 2),
+               group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
+        plan = _plans.get(key)
+    except (AttributeError, TypeError, IndexError):     # not a tensor, 0-d, unhashable
+        key = plan = None
+    if plan is None:
+        dtype, fmax = _check(x, group_size, scale_layout, fp8_dtype, fp8_max)
+        plan = (dtype, fmax, _kernel(x, group_size, scale_layout, bool(ue8m0), fmax))
+        if key is not None:
+            _plans[key] = plan
+    return plan
+
+
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
                               scale_layout: str = "row", ue8m0: bool = False,
                               fp8_dtype: torch.dtype | None = None,
@@ -153,28 +178,16 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
         q, s = torch.ops.codegen.per_token_group_quant_fp8(x, group_size, scale_layout,
                                                            bool(ue8m0), fmax, dtype)
         return (q, s) if out is None else (out.copy_(q), s)
+    if type(group_size) is not int:     # 128.0 and 128 hash alike: a plan's key would take either
+        check_group_type(group_size)
     params = (group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
     res = _fast.call("quant", params, x, out)    # the C++ path, where the signature has a plan
     if res is not None:
         return res
-    # Everything but T is checked once per plan key; the eager path then allocates and launches.
-    try:
-        key = (x.dtype, x.get_device(), x.dim(), x.shape[-1], x.stride(-1), min(len(x), 2),
-               group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
-        plan = _plans.get(key)
-    except (AttributeError, TypeError, IndexError):     # not a tensor, 0-d, unhashable
-        key = plan = None
-    if plan is None:
-        plan = [*_check(x, group_size, scale_layout, fp8_dtype, fp8_max), None]
-        if key is not None:
-            _plans[key] = plan
-    dtype, fmax, kern = plan
+    dtype, fmax, kern = _plan(x, group_size, scale_layout, ue8m0, fp8_dtype, fp8_max)
     if out is not None:
         check_out(out, x, dtype)
-    if kern is None:   # first eager call of this plan: the kernel, built or loaded (JIT)
-        kern = plan[2] = _kernel(x, group_size, scale_layout, bool(ue8m0), fmax)
-    q, s = _impl(x, group_size, scale_layout, ue8m0, fmax, dtype, kern, out)   # eager
-    if key is not None:
-        _fast.keep(_fast.QUANT, params, (x,), kern, dtype,
-                   (x.shape[1] // group_size, _fast.LAYOUTS[scale_layout], fam.GRID_WAVES))
+    q, s = _launch(x, group_size, scale_layout, ue8m0, fmax, dtype, kern, out)   # eager
+    _fast.keep(_fast.QUANT, params, (x,), kern, dtype,
+               (x.shape[1] // group_size, _fast.LAYOUTS[scale_layout], fam.GRID_WAVES))
     return q, s

@@ -174,6 +174,71 @@ def _check_row_count(name: str, t: torch.Tensor) -> None:
         raise ValueError(f"{name}: {t.shape[0]} rows exceed {MAX_T}")
 
 
+def _check_residual_rows(x, residual, residual_out) -> None:
+    """What a plan leaves to each call: the residuals have x's rows."""
+    if residual is not None and (residual.shape[0] != x.shape[0] or (
+            residual_out is not None and residual_out.shape[0] != x.shape[0])):
+        _check_residuals(residual, residual_out, x)
+
+
+# Each op's checks but those of T, and their result (a plan's value). fp8_dtype: None from the
+# ops (the device's), the schema's from the registered ones.
+
+def _check_rmsnorm(x, weight, eps) -> float:
+    _check_rows("x", x, tuple(DTYPE_NAMES))
+    _check_weight("weight", weight, x, "x")
+    return _check_eps(eps)
+
+
+def _check_fused_add(x, residual, weight, eps, residual_out) -> float:
+    _check_rows("x", x, tuple(DTYPE_NAMES))
+    _check_residuals(residual, residual_out, x)
+    _check_weight("weight", weight, x, "x")
+    return _check_eps(eps)
+
+
+def _check_rgq(x, weight, residual, residual_out, eps, group_size, scale_layout, fp8_max,
+               fp8_dtype=None) -> tuple:
+    _check_rows("x", x, QUANT_DTYPES)
+    _check_weight("weight", weight, x, "x")
+    if residual is not None:
+        _check_residuals(residual, residual_out, x)
+    elif residual_out is not None:
+        raise ValueError("residual_out: given without residual")
+    _check_quant("x", x.shape[1], group_size, scale_layout)
+    return (_check_eps(eps), *resolve_fp8(x, fp8_dtype, fp8_max))
+
+
+def _check_dual(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, fp8_max,
+                fp8_dtype=None) -> tuple:
+    _check_rows("q", q, QUANT_DTYPES)
+    _check_weight("q_weight", q_weight, q, "q")
+    _check_rows("kv", kv, QUANT_DTYPES)
+    if kv.dtype != q.dtype or kv.device != q.device:
+        raise TypeError(f"kv: {kv.dtype} on {kv.device} must match q ({q.dtype} on "
+                        f"{q.device})")
+    _check_dual_rows(q, kv)
+    _check_weight("kv_weight", kv_weight, kv, "kv")
+    _check_quant("q", q.shape[1], group_size, scale_layout)
+    if kv.shape[1] % 8:
+        raise ValueError(f"kv: hidden size {kv.shape[1]} is not a multiple of 8")
+    eps, dtype, fmax = (_check_eps(eps), *resolve_fp8(q, fp8_dtype, fp8_max, "q"))
+    wave = get_target(arch(q)).wave_size     # known: resolve_fp8 has read the arch
+    for name, t in (("q", q), ("kv", kv)):
+        limit = dual_max_h(DTYPE_NAMES[t.dtype], wave)
+        if t.shape[1] > limit:
+            raise ValueError(f"{name}: hidden size {t.shape[1]} exceeds {limit}, the longest "
+                             f"row dual_rmsnorm_group_quant holds; use rmsnorm_group_quant "
+                             f"and rmsnorm")
+    return eps, dtype, fmax
+
+
+def _check_dual_rows(q, kv) -> None:
+    if kv.shape[0] != q.shape[0]:
+        raise ValueError(f"kv: {kv.shape[0]} rows, but q has {q.shape[0]}")
+
+
+
 # ---- rmsnorm / fused_add_rmsnorm ----
 
 LIB.define("rmsnorm(Tensor x, Tensor weight, float eps) -> Tensor")
@@ -217,12 +282,21 @@ def _norm(x, residual, weight, eps, kernels=None, out=None, record=None, residua
     return y
 
 
+# The registered implementations check as the ops do: a direct torch.ops call has had no other
+# check, and a compiled graph's calls take the plan of their signature.
+
 def _rmsnorm_impl(x, weight, eps):
-    return _norm(x, None, weight, eps)
+    plan = _planned(("rmsnorm", eps), (x, weight), lambda: _check_rmsnorm(x, weight, eps))
+    _check_row_count("x", x)
+    return _norm(x, None, weight, plan.value, plan.kernels)
 
 
 def _fused_add_impl(x, residual, weight, eps, residual_out=None):
-    return _norm(x, residual, weight, eps, residual_out=residual_out)
+    plan = _planned(("fused_add_rmsnorm", eps), (x, residual, weight, residual_out),
+                    lambda: _check_fused_add(x, residual, weight, eps, residual_out))
+    _check_row_count("x", x)
+    _check_residual_rows(x, residual, residual_out)
+    return _norm(x, residual, weight, plan.value, plan.kernels, residual_out=residual_out)
 
 
 LIB.impl("rmsnorm", _rmsnorm_impl, "CUDA")
@@ -246,11 +320,11 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *,
     out may be x itself).
     """
     def check():
-        _check_rows("x", x, tuple(DTYPE_NAMES))
-        _check_weight("weight", weight, x, "x")
-        return _check_eps(eps)
+        return _check_rmsnorm(x, weight, eps)
     if _is_compiling():
         return _into(out, torch.ops.codegen.rmsnorm(x, weight, check()))
+    if type(eps) is not float:     # 1.0 and True hash alike: a plan's key would take either
+        _check_eps(eps)
     y = _fast.call("norm", ("rmsnorm", eps), x, None, weight, None, out)
     if y is not None:
         return y
@@ -274,23 +348,20 @@ def fused_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     convention).
     """
     def check():
-        _check_rows("x", x, tuple(DTYPE_NAMES))
-        _check_residuals(residual, residual_out, x)
-        _check_weight("weight", weight, x, "x")
-        return _check_eps(eps)
+        return _check_fused_add(x, residual, weight, eps, residual_out)
     if _is_compiling():
         eps = check()
         _check_writes(x, weight, residual, residual_out, out)
         return _into(out, torch.ops.codegen.fused_add_rmsnorm(x, residual, weight, eps,
                                                               residual_out))
+    if type(eps) is not float:
+        _check_eps(eps)
     y = _fast.call("norm", ("fused_add_rmsnorm", eps), x, residual, weight, residual_out, out)
     if y is not None:
         return y
     plan = _planned(("fused_add_rmsnorm", eps), (x, residual, weight, residual_out), check)
     _check_row_count("x", x)
-    if residual.shape[0] != x.shape[0] or (residual_out is not None
-                                           and residual_out.shape[0] != x.shape[0]):
-        _check_residuals(residual, residual_out, x)
+    _check_residual_rows(x, residual, residual_out)
     if out is not None:
         check_out(out, x, x.dtype)
     return _norm(x, residual, weight, plan.value, plan.kernels, out,
@@ -360,10 +431,17 @@ def _rgq_launch(x, weight, residual, eps, group_size, scale_layout, ue8m0, y, fp
 
 def _rgq_impl(x, weight, residual, eps, group_size, scale_layout, ue8m0, also_return_unquantized,
               fp8_max, fp8_dtype, residual_out=None):
+    plan = _planned(("rmsnorm_group_quant", eps, group_size, scale_layout, fp8_max, fp8_dtype),
+                    (x, weight, residual, residual_out),
+                    lambda: _check_rgq(x, weight, residual, residual_out, eps, group_size,
+                                       scale_layout, fp8_max, fp8_dtype))
+    eps, fp8_dtype, fp8_max = plan.value
+    _check_row_count("x", x)
+    _check_residual_rows(x, residual, residual_out)
     y = x.new_empty((x.shape[0] if also_return_unquantized else 0, x.shape[1]))
     q, s = _rgq_launch(x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
                        y if also_return_unquantized else None, fp8_max, fp8_dtype,
-                       residual_out=residual_out)
+                       plan.kernels, residual_out=residual_out)
     return q, s, y
 
 
@@ -386,14 +464,8 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
     ue8m0: power-of-two scales. fp8_max: as per_token_group_quant_fp8 (device default).
     """
     def check():
-        _check_rows("x", x, QUANT_DTYPES)
-        _check_weight("weight", weight, x, "x")
-        if residual is not None:
-            _check_residuals(residual, residual_out, x)
-        elif residual_out is not None:
-            raise ValueError("residual_out: given without residual")
-        _check_quant("x", x.shape[1], group_size, scale_layout)
-        return (_check_eps(eps), *resolve_fp8(x, None, fp8_max))
+        return _check_rgq(x, weight, residual, residual_out, eps, group_size, scale_layout,
+                          fp8_max)
     if _is_compiling():
         eps, fp8_dtype, fmax = check()
         _check_writes(x, weight, residual, residual_out)
@@ -401,6 +473,9 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
             x, weight, residual, eps, group_size, scale_layout, bool(ue8m0),
             bool(also_return_unquantized), fmax, fp8_dtype, residual_out)
         return (q, s, y) if also_return_unquantized else (q, s)
+    if type(eps) is not float or type(group_size) is not int:
+        check_group_type(group_size)
+        _check_eps(eps)
     params = ("rmsnorm_group_quant", eps, group_size, scale_layout, bool(ue8m0), fp8_max)
     if not also_return_unquantized:
         qs = _fast.call("norm_quant", params, x, weight, residual, residual_out)
@@ -410,9 +485,7 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
                     (x, weight, residual, residual_out), check)
     eps, fp8_dtype, fmax = plan.value
     _check_row_count("x", x)
-    if residual is not None and (residual.shape[0] != x.shape[0] or (
-            residual_out is not None and residual_out.shape[0] != x.shape[0])):
-        _check_residuals(residual, residual_out, x)
+    _check_residual_rows(x, residual, residual_out)
     y = x.new_empty(x.shape) if also_return_unquantized else None
     q, s = _rgq_launch(x, weight, residual, eps, group_size, scale_layout, bool(ue8m0), y, fmax,
                        fp8_dtype, plan.kernels, params if plan.kernels is not None else None,
@@ -435,8 +508,8 @@ def _dual_fake(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0,
             empty_scales(t, h // group_size, scale_layout, q), kv.new_empty(kv.shape))
 
 
-def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0, fp8_max,
-               fp8_dtype, kernels=None, record=None):
+def _dual_launch(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0, fp8_max,
+                 fp8_dtype, kernels=None, record=None):
     t, hq = q.shape
     hkv = kv.shape[1]
     q_fp8, q_scales = _quant_outputs(q, group_size, scale_layout, fp8_dtype)
@@ -461,6 +534,19 @@ def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0,
     return q_fp8, q_scales, kv_out
 
 
+def _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, ue8m0, fp8_max,
+               fp8_dtype):
+    plan = _planned(("dual", eps, group_size, scale_layout, fp8_max, fp8_dtype),
+                    (q, q_weight, kv, kv_weight),
+                    lambda: _check_dual(q, q_weight, kv, kv_weight, eps, group_size,
+                                        scale_layout, fp8_max, fp8_dtype))
+    eps, fp8_dtype, fp8_max = plan.value
+    _check_row_count("q", q)
+    _check_dual_rows(q, kv)
+    return _dual_launch(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0),
+                        fp8_max, fp8_dtype, plan.kernels)
+
+
 LIB.impl("dual_rmsnorm_group_quant", _dual_impl, "CUDA")
 
 
@@ -476,30 +562,15 @@ def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.
     Returns (q_fp8 [T, Hq], q_scales fp32 [T, Hq/G] in scale_layout, kv_normed [T, Hkv]).
     """
     def check():
-        _check_rows("q", q, QUANT_DTYPES)
-        _check_weight("q_weight", q_weight, q, "q")
-        _check_rows("kv", kv, QUANT_DTYPES)
-        if kv.dtype != q.dtype or kv.device != q.device:
-            raise TypeError(f"kv: {kv.dtype} on {kv.device} must match q ({q.dtype} on "
-                            f"{q.device})")
-        _check_dual_rows(q, kv)
-        _check_weight("kv_weight", kv_weight, kv, "kv")
-        _check_quant("q", q.shape[1], group_size, scale_layout)
-        if kv.shape[1] % 8:
-            raise ValueError(f"kv: hidden size {kv.shape[1]} is not a multiple of 8")
-        wave = get_target(arch(q)).wave_size
-        for name, t in (("q", q), ("kv", kv)):
-            limit = dual_max_h(DTYPE_NAMES[t.dtype], wave)
-            if t.shape[1] > limit:
-                raise ValueError(f"{name}: hidden size {t.shape[1]} exceeds {limit}, the longest "
-                                 f"row dual_rmsnorm_group_quant holds; use rmsnorm_group_quant "
-                                 f"and rmsnorm")
-        return (_check_eps(eps), *resolve_fp8(q, None, fp8_max))
+        return _check_dual(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, fp8_max)
     if torch.compiler.is_compiling():
         eps, fp8_dtype, fmax = check()
         return torch.ops.codegen.dual_rmsnorm_group_quant(
             q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0), fmax,
             fp8_dtype)
+    if type(eps) is not float or type(group_size) is not int:
+        check_group_type(group_size)
+        _check_eps(eps)
     params = ("dual", eps, group_size, scale_layout, bool(ue8m0), fp8_max)
     out = _fast.call("dual", params, q, q_weight, kv, kv_weight)
     if out is not None:
@@ -509,10 +580,7 @@ def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.
     eps, fp8_dtype, fmax = plan.value
     _check_row_count("q", q)
     _check_dual_rows(q, kv)
-    return _dual_impl(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0),
-                      fmax, fp8_dtype, plan.kernels, params if plan.kernels is not None else None)
+    return _dual_launch(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, bool(ue8m0),
+                        fmax, fp8_dtype, plan.kernels,
+                        params if plan.kernels is not None else None)
 
-
-def _check_dual_rows(q, kv) -> None:
-    if kv.shape[0] != q.shape[0]:
-        raise ValueError(f"kv: {kv.shape[0]} rows, but q has {q.shape[0]}")
