@@ -28,7 +28,7 @@ import torch
 from . import ops
 from .ops._common import CACHES, check_tensor
 from .ops.quant import resolve_fp8
-from .vllm import _rows
+from .vllm import _rows, _same_shape, fused_add_in_place, named
 
 __all__ = ["rms_norm", "rmsnorm2d_fwd", "rmsnorm2d_fwd_with_add", "fused_add_rms_norm_cu",
            "per_group_quant_hip", "get_hip_quant", "QuantType", "gemm_a8w8_blockscale",
@@ -78,6 +78,7 @@ def aiter_scales(s: torch.Tensor, transpose_scale: bool, strided: bool = False) 
     return s.as_strided(s.shape, (s.shape[1], 1))     # the same storage, [G, T] read as [T, G]
 
 
+@named(x="input", eps="epsilon")
 def rms_norm(input: torch.Tensor, weight: torch.Tensor, epsilon: float,
              use_model_sensitive_rmsnorm: int = 0) -> torch.Tensor:
     """aiter.rms_norm: a new tensor, input's shape and dtype, rmsnorm(input) * weight."""
@@ -89,6 +90,7 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, epsilon: float,
 rmsnorm2d_fwd = rms_norm     # the same entry point under its older name
 
 
+@named(x="input", residual="residual_in", eps="epsilon")
 def rmsnorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: torch.Tensor,
                            residual_out: torch.Tensor, weight: torch.Tensor, epsilon: float,
                            gemma_norm: bool = False, use_model_sensitive_rmsnorm: int = 0) -> None:
@@ -96,17 +98,20 @@ def rmsnorm2d_fwd_with_add(out: torch.Tensor, input: torch.Tensor, residual_in: 
     rmsnorm(residual_out) * weight; input and residual_in are only read (one kernel, one pass
     over each operand)."""
     _plain_norm(use_model_sensitive_rmsnorm, gemma_norm)
+    for name, t in (("out", out), ("residual_in", residual_in), ("residual_out", residual_out)):
+        _same_shape(name, t, input, "input")
     ops.fused_add_rmsnorm(_rows(input), _rows(residual_in), weight, epsilon,
                           out=_rows(out, "out"),
                           residual_out=_rows(residual_out, "residual_out"))
 
 
+@named(x="input", residual="residual_in", out="input", eps="epsilon")
 def fused_add_rms_norm_cu(input: torch.Tensor, residual_in: torch.Tensor, weight: torch.Tensor,
                           epsilon: float) -> None:
     """aiter.fused_add_rms_norm_cu, in place: residual_in = input + residual_in, then input =
-    rmsnorm(residual_in) * weight."""
-    x = _rows(input, "input")
-    ops.fused_add_rmsnorm(x, _rows(residual_in, "residual_in"), weight, epsilon, out=x)
+    rmsnorm(residual_in) * weight. input's rows may lie apart (strided)."""
+    _same_shape("residual_in", residual_in, input, "input")
+    fused_add_in_place(_rows(input, "input"), _rows(residual_in, "residual_in"), weight, epsilon)
 
 
 def per_group_quant_hip(x: torch.Tensor, scale: torch.Tensor | None = None,
@@ -160,6 +165,7 @@ def get_hip_quant(quant_type):
     return not_built
 
 
+@named(a="XQ", b="WQ", a_scales="x_scale", b_scales="w_scale")
 def gemm_a8w8_blockscale(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tensor,
                          w_scale: torch.Tensor, dtype: torch.dtype = torch.bfloat16,
                          isBpreshuffled: bool = False) -> torch.Tensor:
@@ -205,14 +211,18 @@ def fused_rms_fp8_group_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp
             and inp2_epsilon == inp1_epsilon and inp2.dtype == inp1.dtype
             and inp1.shape[-1] <= 8192 and inp2.shape[-1] <= 8192 and inp2.shape[-1] % 8 == 0)
     if dual:
-        q, s, out2 = ops.dual_rmsnorm_group_quant(inp1, inp1_weight, inp2, inp2_weight,
-                                                  inp1_epsilon, group_size, scale_layout=layout,
-                                                  fp8_max=fp8_max)
+        dual_op = named(q="inp1", q_weight="inp1_weight", kv="inp2", kv_weight="inp2_weight",
+                        eps="inp1_epsilon")(ops.dual_rmsnorm_group_quant)
+        q, s, out2 = dual_op(inp1, inp1_weight, inp2, inp2_weight, inp1_epsilon, group_size,
+                             scale_layout=layout, fp8_max=fp8_max)
         out1 = None
     else:
-        r = ops.rmsnorm_group_quant(inp1, inp1_weight, inp1_epsilon, group_size, residual=res1,
-                                    residual_out=out_res1, scale_layout=layout, fp8_max=fp8_max,
-                                    also_return_unquantized=output_unquantized_inp1)
+        norm_quant = named(x="inp1", weight="inp1_weight", residual="res1",
+                           eps="inp1_epsilon")(ops.rmsnorm_group_quant)
+        r = norm_quant(inp1, inp1_weight, inp1_epsilon, group_size, residual=res1,
+                       residual_out=out_res1, scale_layout=layout, fp8_max=fp8_max,
+                       also_return_unquantized=output_unquantized_inp1)
         q, s, out1 = r if output_unquantized_inp1 else (*r, None)
-        out2 = ops.rmsnorm(inp2, inp2_weight, inp2_epsilon) if inp2 is not None else None
+        norm = named(x="inp2", weight="inp2_weight", eps="inp2_epsilon")(ops.rmsnorm)
+        out2 = norm(inp2, inp2_weight, inp2_epsilon) if inp2 is not None else None
     return (q, aiter_scales(s, transpose_scale, is_x_scale_strided)), out1, out2, out_res1

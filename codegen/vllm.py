@@ -18,6 +18,8 @@ round differently (within an ulp of the output, or one FP8 step):
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from . import ops
@@ -29,6 +31,30 @@ __all__ = ["per_token_group_quant_fp8", "rms_norm", "fused_add_rms_norm",
            "rms_norm_per_block_quant", "w8a8_triton_block_scaled_mm", "w8a8_block_fp8_matmul"]
 
 
+def named(**names):
+    """Decorator: an error of the ops that starts with one of their argument names (op_name=)
+    names this entry point's argument instead."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except (TypeError, ValueError) as e:
+                head, sep, rest = str(e).partition(":")
+                if sep and head in names and type(e) in (TypeError, ValueError):
+                    raise type(e)(names[head] + sep + rest) from None
+                raise
+        return call
+    return wrap
+
+
+def _same_shape(name: str, t, x: torch.Tensor, x_name: str) -> None:
+    """t (a tensor beside x, paired with it row by row once both are flattened) has x's shape."""
+    if isinstance(t, torch.Tensor) and isinstance(x, torch.Tensor) and t.shape != x.shape:
+        raise ValueError(f"{name}: shape {tuple(t.shape)} must match {x_name} {tuple(x.shape)}")
+
+
+@named(out="out_q", fp8_dtype="dtype")
 def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS_AMAX,
                               dtype: torch.dtype | None = None,
                               column_major_scales: bool = False,
@@ -49,19 +75,13 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
         raise ValueError(f"x: column-major scales need 2-D x, got shape {tuple(x.shape)}")
     layout = ("col_tma" if tma_aligned_scales else "col") if column_major_scales else "row"
     flat = x.dim() == 2
-    try:
-        if out_q is not None and not (isinstance(out_q, torch.Tensor) and
-                                      out_q.shape == x.shape and out_q.is_contiguous()):
-            check_tensor("x", x)      # raises naming x, else the next line naming out_q
-            quant.check_out(out_q, x, quant.resolve_fp8(x, dtype, None)[0], "out_q")
-        q, s = ops.per_token_group_quant_fp8(_rows(x), group_size, scale_layout=layout,
-                                             ue8m0=bool(use_ue8m0), fp8_dtype=dtype,
-                                             out=None if out_q is None else _rows(out_q, "out_q"))
-    except ValueError as e:       # out_q and dtype under their own names
-        for op_name, name in (("out", "out_q"), ("fp8_dtype", "dtype")):
-            if str(e).startswith(f"{op_name}: "):
-                raise ValueError(f"{name}: {str(e)[len(op_name) + 2:]}") from None
-        raise
+    if out_q is not None and not (isinstance(out_q, torch.Tensor) and
+                                  out_q.shape == x.shape and out_q.is_contiguous()):
+        check_tensor("x", x)      # raises naming x, else the next line naming out_q
+        quant.check_out(out_q, x, quant.resolve_fp8(x, dtype, None)[0], "out_q")
+    q, s = ops.per_token_group_quant_fp8(_rows(x), group_size, scale_layout=layout,
+                                         ue8m0=bool(use_ue8m0), fp8_dtype=dtype,
+                                         out=None if out_q is None else _rows(out_q, "out_q"))
     if flat:
         return q, s
     return q.view(x.shape) if out_q is None else out_q, s.view(*x.shape[:-1], s.shape[-1])
@@ -70,7 +90,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
 def _rows(t: torch.Tensor, written: str | None = None) -> torch.Tensor:
     """t as [rows, last dim]: itself where it is 2-D already (a view costs a dispatch). A tensor
     the op writes (written: its argument's name) must be a view of t, not a copy."""
-    if t.dim() == 2:
+    if not isinstance(t, torch.Tensor) or t.dim() == 2:     # the op names what is wrong
         return t
     if not written:
         return t.reshape(-1, t.shape[-1])
@@ -86,21 +106,34 @@ def _unit_weight(weight: torch.Tensor | None, x: torch.Tensor) -> torch.Tensor:
                                                         device=x.device)
 
 
+@named(x="input", eps="epsilon")
 def rms_norm(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor | None,
              epsilon: float) -> None:
     """vLLM's _custom_ops.rms_norm: out = rmsnorm(input) * weight (weight None: ones)."""
+    _same_shape("out", out, input, "input")
     ops.rmsnorm(_rows(input), _unit_weight(weight, input), epsilon, out=_rows(out, "out"))
 
 
+@named(x="input", out="input", eps="epsilon")
 def fused_add_rms_norm(input: torch.Tensor, residual: torch.Tensor,
                        weight: torch.Tensor | None, epsilon: float) -> None:
     """vLLM's _custom_ops.fused_add_rms_norm, in place: residual = input + residual, then
-    input = rmsnorm(residual) * weight."""
-    x = _rows(input, "input")
-    ops.fused_add_rmsnorm(x, _rows(residual, "residual"), _unit_weight(weight, input),
-                          epsilon, out=x)
+    input = rmsnorm(residual) * weight. input's rows may lie apart (strided)."""
+    _same_shape("residual", residual, input, "input")
+    x, r = _rows(input, "input"), _rows(residual, "residual")
+    fused_add_in_place(x, r, _unit_weight(weight, input), epsilon)
 
 
+def fused_add_in_place(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor, eps) -> None:
+    """x <- rmsnorm(r <- x + r): written over x where its rows are contiguous, else copied
+    back (the ops write contiguous rows)."""
+    if not isinstance(x, torch.Tensor) or x.is_contiguous():
+        ops.fused_add_rmsnorm(x, r, w, eps, out=x)
+    else:
+        x.copy_(ops.fused_add_rmsnorm(x, r, w, eps))
+
+
+@named(x="input", eps="epsilon")
 def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon: float,
                              quant_dtype: torch.dtype, group_size: list[int],
                              scale_ub: torch.Tensor | None = None,
@@ -131,6 +164,7 @@ def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon:
                                    scale_layout=layout)
 
 
+@named(a="A", b="B", a_scales="As", b_scales="Bs")
 def w8a8_triton_block_scaled_mm(A: torch.Tensor, B: torch.Tensor, As: torch.Tensor,
                                 Bs: torch.Tensor, block_size: list[int],
                                 output_dtype: torch.dtype = torch.float16) -> torch.Tensor:

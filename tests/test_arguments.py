@@ -129,6 +129,47 @@ def test_vllm_names(device):
     assert device.launches == 0
 
 
+def test_entry_points_name_their_own_arguments(device):
+    """The vLLM / AITER entry points and the modules: errors name their arguments, and tensors
+    paired row by row must have one shape (flattened, [2, 3, H] and [3, 2, H] pair wrongly)."""
+    from codegen import aiter
+
+    x, w, r = rows(6, 256), rows(1, 256)[0], rows(6, 256)
+    fp8 = torch.zeros(256, 256, dtype=torch.float8_e4m3fn)
+    cases = [
+        (lambda: ops.gemm_a8w8_blockscale(None, torch.ones(4, 2), fp8, torch.ones(2, 2)),
+         "a: expected a torch.Tensor"),
+        (lambda: vllm.w8a8_triton_block_scaled_mm(None, fp8, torch.ones(4, 2), torch.ones(2, 2),
+                                                  [128, 128]), "A: expected a torch.Tensor"),
+        (lambda: aiter.gemm_a8w8_blockscale(fp8, rows(256, 256), torch.ones(256, 2),
+                                            torch.ones(2, 2)), "WQ: "),
+        (lambda: vllm.rms_norm_per_block_quant(x.view(1, 6, 256), w, 1e-6, torch.float8_e4m3fn,
+                                               [1, 128]), "input: expected 2 dims"),
+        (lambda: vllm.rms_norm(torch.empty(6, 256, dtype=BF), x, w, True), "epsilon: "),
+        (lambda: aiter.fused_rms_fp8_group_quant(x, w, 1e-6, rows(6, 200), rows(1, 100)[0],
+                                                 1e-6), "inp2_weight: shape"),
+        (lambda: aiter.fused_rms_fp8_group_quant(x, w, 1e-6, res1=rows(5, 256)), "res1: "),
+        (lambda: vllm.fused_add_rms_norm(x.view(2, 3, 256), r.view(3, 2, 256), w, 1e-6),
+         "residual: shape"),
+        (lambda: aiter.fused_add_rms_norm_cu(x.view(2, 3, 256), r.view(3, 2, 256), w, 1e-6),
+         "residual_in: shape"),
+        (lambda: aiter.rmsnorm2d_fwd_with_add(torch.empty(3, 2, 256, dtype=BF), x.view(2, 3, 256),
+                                              r.view(2, 3, 256), torch.empty(2, 3, 256, dtype=BF),
+                                              w, 1e-6), "out: shape"),
+        (lambda: cnn.RMSNorm(256)(x.view(2, 3, 256), r.view(3, 2, 256)), "residual: shape"),
+        (lambda: cnn.RMSNorm(256, quantize=True)(x.view(2, 3, 256), r.view(3, 2, 256)),
+         "residual: shape"),
+    ]
+    for call, message in cases:
+        with pytest.raises((TypeError, ValueError), match=message):
+            call()
+    assert device.launches == 0
+    wide = rows(6, 512)          # vLLM's strided input, in place: computed, then copied back
+    vllm.fused_add_rms_norm(wide[:, :256], r, w, 1e-6)
+    aiter.fused_add_rms_norm_cu(wide[:, :256], r, w, 1e-6)
+    assert device.launches == 2
+
+
 def test_gemm_with_k_0_is_an_empty_sum(device):
     fp8 = torch.float8_e4m3fn
     a, b = torch.zeros(3, 16, dtype=fp8)[:, :0], torch.zeros(200, 16, dtype=fp8)[:, :0]

@@ -487,6 +487,14 @@ def test_vllm_norms_in_place():
     expected = ops.fused_add_rmsnorm(x, r2, w, 1e-6)
     assert_same(inp, expected, "fused_add_rms_norm input")
     assert_same(res, r2, "fused_add_rms_norm residual")
+    # input's rows apart (vLLM takes strided input): written back through its strides
+    for fn in (vllm.fused_add_rms_norm, aiter.fused_add_rms_norm_cu):
+        wide, res = torch.randn(13, 4096, device="cuda", dtype=torch.bfloat16), x.clone()
+        inp, r2, before = wide[:, :2048], res.clone(), wide.clone()
+        fn(inp, res, w, 1e-6)
+        assert_same(inp, ops.fused_add_rmsnorm(before[:, :2048], r2, w, 1e-6), "strided input")
+        assert_same(res, r2, "strided input: residual")
+        assert torch.equal(wide[:, 2048:], before[:, 2048:])
 
 
 @gpu

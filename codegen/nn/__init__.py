@@ -257,6 +257,9 @@ class RMSNorm(nn.Module):
             w = self._buffers["weight"]
         if w.dtype != x.dtype:
             w = w.to(x.dtype)
+        if residual is not None and flat and residual.shape != x.shape:   # else paired wrongly
+            raise ValueError(f"residual: shape {tuple(residual.shape)} must match x "
+                             f"{tuple(x.shape)}")
         r2 = residual.reshape(-1, h) if residual is not None and flat else residual
         if self.quantize:
             q, s = ops.rmsnorm_group_quant(x2, w, self.eps, BLOCK, residual=r2)

@@ -134,12 +134,13 @@ def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tenso
     # Everything but the data pointers is checked once per plan key (shapes, strides, dtypes,
     # devices); the eager path then checks alignment, allocates and launches.
     try:
-        key = _plan_key(a, a_scales, b, b_scales)
-        plan = _plans.get(key)
-    except (AttributeError, TypeError):
-        key = plan = None
+        plan = _plans.get(_plan_key(a, a_scales, b, b_scales))
+    except (AttributeError, TypeError):     # not tensors: _impl's checks name the argument
+        plan = None
+    if plan is None:
+        return _impl(a, a_scales, b, b_scales)
     pa, pb = a.data_ptr(), b.data_ptr()
-    if plan is None or pa % 16 or pb % 16:
+    if pa % 16 or pb % 16:
         return _impl(a, a_scales, b, b_scales)
     fn, uri, m, n, k, args = plan
     out = a.new_empty((m, n), dtype=torch.bfloat16)
