@@ -76,7 +76,7 @@ def cmd_build(args) -> int:
     except (ToolchainError, StorageError) as e:
         raise CliError(str(e)) from None
     out = (args.out or paths.aot_dir()) / target.arch
-    code = summarize(manifest, out)
+    code = summarize(manifest, out, ops)
     _build_fast_path()
     if args.wheel is not None:
         from .build.wheel import pack
@@ -99,7 +99,9 @@ def _build_fast_path() -> None:
           f"({time.time() - t0:.1f} s)")
 
 
-def summarize(manifest: dict, out: Path) -> int:
+def summarize(manifest: dict, out: Path, ops=None) -> int:
+    """Prints the folder's manifest by family; 1 where a variant of the families built now
+    (ops; None: all) failed, 0 otherwise (another family's row may be from an earlier run)."""
     rows = manifest["variants"]
     print(f"\narch {manifest['arch']}  toolchain {manifest['toolchain']}")
     by_op: dict[str, Counter] = {}
@@ -114,7 +116,10 @@ def summarize(manifest: dict, out: Path) -> int:
         note = "; ".join(sorted(reasons))[:120]
         print(f"{op:<32} {c['ok']:>4} {c['skipped']:>8} {c['failed']:>7}  {vg:>8}  {sp:>6}  {note}")
     print(f"manifest: {out / 'manifest.json'}")
-    return 1 if any(r["status"] == "failed" for r in rows) else 0
+    from .spec import families
+
+    built = set(ops or families())
+    return 1 if any(r["status"] == "failed" and r["op"] in built for r in rows) else 0
 
 
 # ---- list ----

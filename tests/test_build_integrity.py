@@ -338,6 +338,19 @@ def test_a_build_with_nothing_to_do_keeps_what_another_build_published(fake, tmp
     assert {"rmsnorm", "group_quant_fp8"} <= set(table)
 
 
+def test_exit_code_is_for_the_families_built_now(tmp_path, capsys):
+    """A failed row of another family, left by an earlier run, does not fail this one."""
+    from codegen.cli import summarize
+
+    row = dict(status="ok", reason=None, vgpr_count=10, spill_count=0)
+    manifest = {"arch": "gfx950", "toolchain": "t", "variants": [
+        {**row, "op": "rmsnorm", "uri": "a"},
+        {**row, "op": "group_quant_fp8", "uri": "b", "status": "failed", "reason": "r"}]}
+    assert summarize(manifest, tmp_path, ["rmsnorm"]) == 0
+    assert summarize(manifest, tmp_path, ["group_quant_fp8"]) == 1
+    assert summarize(manifest, tmp_path) == 1
+
+
 def test_bad_jobs_are_refused_before_any_build(fake, tmp_path, monkeypatch):
     out = subprocess.run([sys.executable, "build.py", "--arch", "gfx950", "--jobs", "-3"],
                          cwd=ROOT, capture_output=True, text=True)

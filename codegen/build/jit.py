@@ -56,8 +56,8 @@ def source_key(variant: Variant, source: str) -> str:
 
 # Read by the compilers themselves: they change a module's bytes without changing its command.
 COMPILER_ENV = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN", "CCC_OVERRIDE_OPTIONS",
-                "HIPCC_COMPILE_FLAGS_APPEND", "HIPCC_LINK_FLAGS_APPEND", "CPATH",
-                "CPLUS_INCLUDE_PATH")
+                "HIPCC_COMPILE_FLAGS_APPEND", "HIPCC_LINK_FLAGS_APPEND", "HIP_CLANG_PATH",
+                "HIP_DEVICE_LIB_PATH", "COMPILER_PATH", "CPATH", "CPLUS_INCLUDE_PATH")
 
 
 def compiler_env() -> dict[str, str]:
