@@ -170,6 +170,17 @@ def test_entry_points_name_their_own_arguments(device):
     assert device.launches == 2
 
 
+def test_gemm_refuses_rows_that_overlap(device):
+    fp8 = torch.zeros(256, 256, dtype=torch.float8_e4m3fn)
+    scales = torch.ones(256, 2), torch.ones(2, 2)
+    for a, b, name in ((fp8[:1].expand(256, 256), fp8, "a"), (fp8, fp8[:1].expand(256, 256), "b"),
+                       (fp8.view(-1)[:16 * 255 + 256].as_strided((256, 256), (16, 1)), fp8, "a")):
+        with pytest.raises(ValueError, match=f"{name}: row stride .* smaller than K=256"):
+            ops.gemm_a8w8_blockscale(a, scales[0], b, scales[1])
+    ops.gemm_a8w8_blockscale(fp8[:1].expand(1, 256), torch.ones(1, 2), fp8, scales[1])  # 1 row
+    assert device.launches == 1
+
+
 def test_gemm_with_k_0_is_an_empty_sum(device):
     fp8 = torch.float8_e4m3fn
     a, b = torch.zeros(3, 16, dtype=fp8)[:, :0], torch.zeros(200, 16, dtype=fp8)[:, :0]

@@ -101,6 +101,9 @@ def _check(a, a_scales, b, b_scales) -> None:
         if t.stride(0) % 16 or t.data_ptr() % 16:
             raise ValueError(f"{name}: rows must start on 16-byte boundaries "
                              f"(row stride {t.stride(0)}, address {t.data_ptr():#x})")
+        if t.shape[0] > 1 and t.stride(0) < k:    # a TMA box cannot describe such rows
+            raise ValueError(f"{name}: row stride {t.stride(0)} is smaller than K={k} (rows "
+                             f"overlap, as after expand()); pass {name}.contiguous()")
     kb = -(-k // fam.SCALE_BLOCK)
     if tuple(a_scales.shape) != (m, kb):
         raise ValueError(f"a_scales: shape {tuple(a_scales.shape)}, expected ({m}, {kb}) "
