@@ -324,6 +324,9 @@ def test_an_e4m3fn_state_dict_loads_on_an_fnuz_device(cpu_fp8):
     assert torch.equal(fnuz_layer.weight.view(torch.uint8), want_w.view(torch.uint8))
     assert torch.equal(fnuz_layer.weight_scale_inv, want_s)
     assert not torch.isnan(fnuz_layer.weight.float()).any()
+    # a sharded load (strict=False) that brings the weight without its scales is refused
+    with pytest.raises(ValueError, match="weight: torch.float8_e4m3fn .* weight_scale_inv"):
+        fnuz_layer.load_state_dict({"weight": state["weight"]}, strict=False)
 
 
 def test_convert_keeps_shared_layers_shared_and_names_what_it_cannot_convert(cpu_fp8):

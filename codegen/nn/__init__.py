@@ -125,7 +125,12 @@ class BlockFP8Linear(nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # an e4m3fn checkpoint on a device whose FP8 is e4m3fnuz: converted, scales doubled
         w, s = state_dict.get(prefix + "weight"), state_dict.get(prefix + "weight_scale_inv")
-        if w is not None and s is not None and w.dtype != self.weight.dtype:
+        if w is not None and w.dtype != self.weight.dtype:
+            if s is None:     # copied alone, it would be cast by value: 448 is past fnuz's 240
+                raise ValueError(f"{prefix}weight: {w.dtype} on a device whose FP8 is "
+                                 f"{self.weight.dtype} loads only with {prefix}weight_scale_inv "
+                                 f"in the same state dict (converted together, the scales "
+                                 f"double)")
             state_dict[prefix + "weight"], state_dict[prefix + "weight_scale_inv"] = \
                 e4m3fn_to_device(w, s, self.weight.dtype)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
