@@ -448,7 +448,13 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args, rest = ap.parse_known_args(argv)
+    # explain's axis=value pairs may follow its options (argparse takes positionals once)
+    if rest and args.command == "explain" and all("=" in r and r[0] != "-" for r in rest):
+        args.params += rest
+    elif rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         return args.run(args)
     except CliError as e:

@@ -247,6 +247,16 @@ def test_explain_names_the_row_kernel():
     assert row and "256 threads per row, 2 chunks" in row[0] and "summing" not in row[0]
 
 
+
+def test_explain_takes_axis_values_after_its_options(capsys):
+    from codegen.cli import main
+
+    assert main(["explain", "--arch", "sm_90a", "rmsnorm_group_quant", "--hidden", "4096",
+                 "dtype=bf16", "group_size=128"]) == 0
+    assert "row kernel" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["explain", "--arch", "sm_90a", "rmsnorm", "--bogus", "1"])
+
 # ---- prebuilt kernels: a wheel, or a shared folder, loaded by many processes ----
 
 LOAD = """
