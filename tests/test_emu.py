@@ -266,6 +266,17 @@ def test_emu_rmsnorm_dtypes_and_scalar_path(arch, dtype):
         check_ulps("emu_rmsnorm_two_pass", ops.rmsnorm(x, w, EPS), reference.rmsnorm(x, w, EPS))
 
 
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_emu_rmsnorm_fp32_rows_of_one_value(arch):
+    """fp32 rows of one repeated value are where the per-thread sums drift most from the
+    reference's: the 8-ulp contract holds up to H = 65536 (docs/numerics.md)."""
+    on(arch)
+    h = 1 << 16
+    for value in (0.1, 1.1, 3.3, 9.1):
+        x, w = torch.full((1, h), value), torch.ones(h)
+        check_ulps("emu_rmsnorm_one_value", ops.rmsnorm(x, w, EPS), reference.rmsnorm(x, w, EPS))
+
+
 @pytest.mark.parametrize("arch", NORM_ARCHS)
 def test_emu_rmsnorm_residual_out(arch):
     """The sum written to a residual_out apart from the residual: the in-place form's bits, the

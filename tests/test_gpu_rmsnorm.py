@@ -125,6 +125,14 @@ def test_large_t():
     check_ulps("rmsnorm_large", y, reference.rmsnorm(x, w, EPS))
 
 
+def test_fp32_rows_of_one_value():
+    """Where the per-thread sums drift most: the 8-ulp contract holds up to H = 65536."""
+    h = 1 << 16
+    for value in (0.1, 1.1, 3.3, 9.1):
+        x, w = torch.full((2, h), value, device="cuda"), torch.ones(h, device="cuda")
+        check_ulps("rmsnorm_one_value", ops.rmsnorm(x, w, EPS), reference.rmsnorm(x, w, EPS))
+
+
 # More row groups than blocks fit on the device at once: only then do the launchers stream rows
 # through shared memory (where the target does: on the H200, rmsnorm with 1024-thread rows,
 # here 16384, and rmsnorm_group_quant with rows of up to 64 threads, here 128 and 1536), and the
