@@ -731,6 +731,23 @@ def test_emu_gap_fp8_dot4_gfx1201():
     assert rel_err(out, reference.gemm_a8w8_blockscale(a, sa, b, sb)) > 0.5
 
 
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_emu_gap_div_scale(arch):
+    """V_DIV_SCALE_F32 as the ISA states it: the IEEE division of a tiny mean of squares (rows
+    near 2^-56, H not a power of two, eps 0) gives the reference's 1.0; the emulator's own
+    version of the instruction made it inf."""
+    from codegen.emu import gaps
+
+    on(arch)
+    for h, e in ((33, -112), (1000, -118), (1536, -120)):
+        x, w = torch.full((2, h), 2.0 ** (e / 2)), torch.ones(h)
+        want = reference.rmsnorm(x, w, 0.0)
+        assert (want == 1).all()
+        assert_same(ops.rmsnorm(x, w, 0.0), want, f"H={h}")
+        with gaps.disabled("div_scale"):
+            assert torch.isinf(ops.rmsnorm(x, w, 0.0)).all()
+
+
 def test_emu_gap_float_denorm_gfx950():
     """The kernels keep f32 denormals (FLOAT_DENORM_MODE_32 = 3); the emulator ran every
     instruction with x86 DAZ + FTZ, i.e. flushed them: denormal weights gave zeros."""

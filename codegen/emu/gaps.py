@@ -10,7 +10,8 @@ import functools
 
 FIXES = ("fp8_convert", "fp8_fnuz", "fp8_unpack", "fp8_dot4", "wmma_fp8", "mfma_32x32_out",
          "mfma_acc_ab", "mfma_x2_decode", "global_inv", "float_denorm", "lds_inactive_lanes",
-         "dpp_in_place", "permlane16_select", "permlane_swap", "ds_acc_data", "scratch_per_wave")
+         "dpp_in_place", "permlane16_select", "permlane_swap", "ds_acc_data", "scratch_per_wave",
+         "div_scale")
 _off: set[str] = set()
 _emu = None
 _state = {"format": "ocp", "ftz": True, "scratch": 0}
@@ -630,6 +631,41 @@ def _mem_op(original):
     return compile_mem_op
 
 
+# ---- V_DIV_SCALE_F32 ----
+# The ISA's pseudocode (CDNA3 and RDNA4 ISA, "V_DIV_SCALE_F32"), two of its branches:
+#   elsif S2.f32 / S1.f32 == DENORM.f32 then VCC = 0x1LL;
+#     if S0.f32 == S2.f32 then // Only scale the numerator  D0.f32 = ldexp(S0.f32, 64) endif
+#   elsif exponent(S2.f32) <= 23 then // Numerator is tiny  D0.f32 = ldexp(S0.f32, 64)
+# The emulator's own correction of that text (its _fix_div_scale) sets VCC in the tiny-numerator
+# branch, and leaves the numerator unscaled where the quotient would be denormal: an IEEE
+# division of a tiny sum (RMSNorm's mean of squares of rows near 2^-56, H not a power of two)
+# came out 2^64 too large, inf. We put those two branches back as the ISA states them.
+_DIV_SCALE = (("elsif exponent(S2.{t}) <= {e} then\nVCC.u64[laneId] = 1;\n",
+               "elsif exponent(S2.{t}) <= {e} then\n"),
+              ("elsif divWouldBeDenorm(S2.{t}, S1.{t}) then\nVCC.u64[laneId] = 1;\nD0.{t} = S0.{t}",
+               "elsif divWouldBeDenorm(S2.{t}, S1.{t}) then\nVCC.u64[laneId] = 1;\n"
+               "D0.{t} = (S0.{t} == S2.{t}) ? ldexp(S0.{t}, {x}) : S0.{t}"))
+
+
+def _get_pcode(original):
+    @functools.cache
+    def fixed(op, on_now: bool) -> str:
+        text = original(op)
+        if not on_now or not op.name.startswith("V_DIV_SCALE_F32"):
+            return text
+        for old, new in _DIV_SCALE:
+            old, new = (x.format(t="f32", e=23, x=64) for x in (old, new))
+            if old not in text:
+                raise RuntimeError(f"div_scale: the emulator's V_DIV_SCALE_F32 text changed; "
+                                   f"expected {old!r}")
+            text = text.replace(old, new)
+        return text
+
+    def get_pcode(op) -> str:
+        return fixed(op, on("div_scale"))
+    return get_pcode
+
+
 # ---- f32 denormals ----
 # COMPUTE_PGM_RSRC1.FLOAT_DENORM_MODE_32 (bits 17:16, LLVM AMDGPUUsage): 0 flushes source and
 # destination denormals, 3 flushes neither (clang's default for HIP). The emulator always runs
@@ -694,5 +730,6 @@ def install(emu) -> None:
         elif handler is vop3p:
             emu._INST_HANDLERS[kind] = _vop3p(vop3p)
     emu._MXCSRContext = _FloatMode
+    emu.get_pcode = _get_pcode(emu.get_pcode)
     emu.run_asm, emu._init_wave = _run_asm(emu.run_asm), _init_wave(emu._init_wave)
     _flush_runners()
