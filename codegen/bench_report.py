@@ -76,7 +76,7 @@ def _meta(run: dict) -> dict:
     return {k: v for k, v in run.items() if k not in SECTIONS and k != "sources"}
 
 
-CELL = ("op", "g", "t", "h", "m", "n", "k")   # the fields that name a row's cell
+CELL = ("op", "g", "t", "h", "m", "n", "k", "a_scales")   # the fields that name a row's cell
 
 
 def _cell(row: dict) -> tuple:
@@ -190,6 +190,18 @@ def _peer_span(rows: list[dict], x: str) -> str:
                    for k, label in PEERS if any(f"vs_{k}" in r for r in rows))
 
 
+def _compile_caveat(run: dict, section: str) -> str:
+    """Runs before the torch.compile peers were compiled per shape (peer_compile "static")
+    recompiled them with symbolic sizes after their first shapes, a slower graph: their ratios
+    overstate ours, and the line says so."""
+    src = next((r for r in run.get("sources") or [run]
+                if section in r.get("sections", [section])), run)
+    if src.get("peer_compile") == "static":
+        return ""
+    return (" (the torch.compile peers of that run were recompiled with symbolic sizes after "
+            "their first shapes: those ratios overstate ours)")
+
+
 def _same_span(rows: list[dict]) -> str:
     same = [r["same_copy_frac"] for r in rows if "same_copy_frac" in r]
     return f" ({_span(same)} of a same-size copy)" if same else ""
@@ -210,21 +222,20 @@ def summary(run: dict) -> str:
         lines.append(f"- per_token_group_quant_fp8 (bf16, G 128): {_span(r['copy_frac'] for r in rows)}"
                      f" of copy{_same_span(rows)}; "
                      f"{_span((r['vs_compile'] for r in rows), x)} torch.compile"
-                     + _peer_span(run["quant"], x))
+                     + _peer_span(rows, x) + _compile_caveat(run, "quant"))
     for op in ("rmsnorm", "fused_add_rmsnorm"):
         rows = big([r for r in run.get("rmsnorm", []) if r["op"] == op])
         if rows:
             every = [r["vs_compile"] for r in run["rmsnorm"] if r["op"] == op]
             lines.append(f"- {op} (bf16): {_span(r['copy_frac'] for r in rows)} of copy; "
                          f"{_span(every, x)} torch.compile over every shape measured"
-                         + _peer_span([r for r in run["rmsnorm"] if r["op"] == op], x))
+                         + _peer_span(rows, x) + _compile_caveat(run, "rmsnorm"))
     rows = big([r for r in run.get("rmsnorm_quant", []) if r["op"] == "rmsnorm_group_quant"])
     if rows:
         lines.append(f"- rmsnorm_group_quant (bf16, G 128): {_span(r['copy_frac'] for r in rows)}"
                      f" of copy{_same_span(rows)}; "
                      f"{_span((r['vs_compile'] for r in rows), x)} torch.compile"
-                     + _peer_span([r for r in run["rmsnorm_quant"]
-                                   if r["op"] == "rmsnorm_group_quant"], x))
+                     + _peer_span(rows, x) + _compile_caveat(run, "rmsnorm_quant"))
     dual = [r for r in run.get("rmsnorm_quant", []) if r["op"] == "dual_rmsnorm_group_quant"]
     if dual:
         lines.append(f"- dual_rmsnorm_group_quant: one launch {_span((r['speedup'] for r in dual), x)}"

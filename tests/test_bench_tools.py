@@ -318,3 +318,27 @@ def test_trace_tma_instruments_the_current_template(tmp_path):
                 ["--trigger", "2", cell], ["--trigger", ",1", cell]):
         with pytest.raises(SystemExit):
             tt.main(bad)
+
+
+def test_torch_compile_peers_take_one_static_graph_per_shape():
+    """torch.compile's default turns a function seen at a second shape symbolic; the peers are
+    compiled once per shape, each graph specialized to it."""
+    import torch
+    import torch._dynamo
+
+    from codegen.bench import peer_compile
+
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append([tuple(t.shape) for t in example_inputs if isinstance(t, torch.Tensor)])
+        assert all(isinstance(d, int) for t in example_inputs if isinstance(t, torch.Tensor)
+                   for d in t.shape), "symbolic sizes"
+        return gm.forward
+
+    torch._dynamo.reset()
+    fn = peer_compile(lambda x: (x * x).sum(-1), backend=record)
+    for t, h in ((1, 16), (16, 16), (16, 32), (64, 48)):
+        fn(torch.ones(t, h))
+    fn(torch.ones(16, 16))           # a shape seen before: no new graph
+    assert graphs == [[(1, 16)], [(16, 16)], [(16, 32)], [(64, 48)]]
