@@ -238,7 +238,6 @@ def _check_dual_rows(q, kv) -> None:
         raise ValueError(f"kv: {kv.shape[0]} rows, but q has {q.shape[0]}")
 
 
-
 # ---- rmsnorm / fused_add_rmsnorm ----
 
 LIB.define("rmsnorm(Tensor x, Tensor weight, float eps) -> Tensor")
