@@ -28,7 +28,7 @@ import torch
 from . import ops
 from .ops._common import CACHES, check_tensor
 from .ops.quant import resolve_fp8
-from .vllm import _rows, _same_shape, fused_add_in_place, named
+from .vllm import _rows, _same_shape, fused_add_in_place, named, renamed
 
 __all__ = ["rms_norm", "rmsnorm2d_fwd", "rmsnorm2d_fwd_with_add", "fused_add_rms_norm_cu",
            "per_group_quant_hip", "get_hip_quant", "QuantType", "gemm_a8w8_blockscale",
@@ -183,6 +183,13 @@ def gemm_a8w8_blockscale(XQ: torch.Tensor, WQ: torch.Tensor, x_scale: torch.Tens
     return y if dtype == torch.bfloat16 else y.to(dtype)
 
 
+# the ops' argument names as fused_rms_fp8_group_quant calls them
+_INP1_NAMES = {"x": "inp1", "weight": "inp1_weight", "residual": "res1", "q": "inp1",
+               "q_weight": "inp1_weight", "kv": "inp2", "kv_weight": "inp2_weight",
+               "eps": "inp1_epsilon"}
+_INP2_NAMES = {"x": "inp2", "weight": "inp2_weight", "eps": "inp2_epsilon"}
+
+
 def fused_rms_fp8_group_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp1_epsilon: float,
                               inp2: torch.Tensor | None = None,
                               inp2_weight: torch.Tensor | None = None,
@@ -210,19 +217,23 @@ def fused_rms_fp8_group_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp
     dual = (inp2 is not None and res1 is None and not output_unquantized_inp1
             and inp2_epsilon == inp1_epsilon and inp2.dtype == inp1.dtype
             and inp1.shape[-1] <= 8192 and inp2.shape[-1] <= 8192 and inp2.shape[-1] % 8 == 0)
-    if dual:
-        dual_op = named(q="inp1", q_weight="inp1_weight", kv="inp2", kv_weight="inp2_weight",
-                        eps="inp1_epsilon")(ops.dual_rmsnorm_group_quant)
-        q, s, out2 = dual_op(inp1, inp1_weight, inp2, inp2_weight, inp1_epsilon, group_size,
-                             scale_layout=layout, fp8_max=fp8_max)
-        out1 = None
-    else:
-        norm_quant = named(x="inp1", weight="inp1_weight", residual="res1",
-                           eps="inp1_epsilon")(ops.rmsnorm_group_quant)
-        r = norm_quant(inp1, inp1_weight, inp1_epsilon, group_size, residual=res1,
-                       residual_out=out_res1, scale_layout=layout, fp8_max=fp8_max,
-                       also_return_unquantized=output_unquantized_inp1)
-        q, s, out1 = r if output_unquantized_inp1 else (*r, None)
-        norm = named(x="inp2", weight="inp2_weight", eps="inp2_epsilon")(ops.rmsnorm)
-        out2 = norm(inp2, inp2_weight, inp2_epsilon) if inp2 is not None else None
+    try:
+        if dual:
+            q, s, out2 = ops.dual_rmsnorm_group_quant(inp1, inp1_weight, inp2, inp2_weight,
+                                                      inp1_epsilon, group_size,
+                                                      scale_layout=layout, fp8_max=fp8_max)
+            out1 = None
+        else:
+            r = ops.rmsnorm_group_quant(inp1, inp1_weight, inp1_epsilon, group_size,
+                                        residual=res1, residual_out=out_res1,
+                                        scale_layout=layout, fp8_max=fp8_max,
+                                        also_return_unquantized=output_unquantized_inp1)
+            q, s, out1 = r if output_unquantized_inp1 else (*r, None)
+    except (TypeError, ValueError) as e:
+        raise renamed(e, _INP1_NAMES) from None
+    if not dual:
+        try:
+            out2 = ops.rmsnorm(inp2, inp2_weight, inp2_epsilon) if inp2 is not None else None
+        except (TypeError, ValueError) as e:
+            raise renamed(e, _INP2_NAMES) from None
     return (q, aiter_scales(s, transpose_scale, is_x_scale_strided)), out1, out2, out_res1

@@ -31,19 +31,24 @@ __all__ = ["per_token_group_quant_fp8", "rms_norm", "fused_add_rms_norm",
            "rms_norm_per_block_quant", "w8a8_triton_block_scaled_mm", "w8a8_block_fp8_matmul"]
 
 
+def renamed(e: Exception, names: dict) -> Exception:
+    """e, or where its message starts with one of the ops' argument names (a key of names), the
+    same error naming this entry point's argument instead."""
+    head, sep, rest = str(e).partition(":")
+    if sep and head in names and type(e) in (TypeError, ValueError):
+        return type(e)(names[head] + sep + rest)
+    return e
+
+
 def named(**names):
-    """Decorator: an error of the ops that starts with one of their argument names (op_name=)
-    names this entry point's argument instead."""
+    """Decorator: the ops' errors name this entry point's arguments (op's name=its name)."""
     def wrap(fn):
         @functools.wraps(fn)
         def call(*args, **kwargs):
             try:
                 return fn(*args, **kwargs)
             except (TypeError, ValueError) as e:
-                head, sep, rest = str(e).partition(":")
-                if sep and head in names and type(e) in (TypeError, ValueError):
-                    raise type(e)(names[head] + sep + rest) from None
-                raise
+                raise renamed(e, names) from None
         return call
     return wrap
 
