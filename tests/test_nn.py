@@ -301,7 +301,7 @@ def test_block_fp8_linear_keeps_its_weight_through_dtype_casts(cpu_fp8):
 
 
 def test_block_fp8_linear_adds_its_bias_in_the_output_dtype(cpu_fp8, monkeypatch):
-    layer = cnn.BlockFP8Linear.from_linear(nn.Linear(256, 128).half())
+    layer = cnn.BlockFP8Linear.from_linear(nn.Linear(256, 128).half(), device="cpu")
     layer.bias.data.fill_(300.7)
 
     class Ops:      # the GEMM's bf16 output: zeros
@@ -314,7 +314,7 @@ def test_block_fp8_linear_adds_its_bias_in_the_output_dtype(cpu_fp8, monkeypatch
 
 
 def test_an_e4m3fn_state_dict_loads_on_an_fnuz_device(cpu_fp8):
-    fn_layer = cnn.BlockFP8Linear.from_linear(nn.Linear(256, 128, bias=False))
+    fn_layer = cnn.BlockFP8Linear.from_linear(nn.Linear(256, 128, bias=False), device="cpu")
     state = fn_layer.state_dict()
     cpu_fp8(fnuz=True)
     fnuz_layer = cnn.BlockFP8Linear(256, 128, bias=False, device="cpu")
