@@ -682,7 +682,9 @@ def main(argv=None) -> int:
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d"), "time": time.strftime("%H:%M:%S"),
            "rotated_past_bytes": 2 * cache_bytes(),   # what each cell's inputs exceed
-           "peer_compile": "static"}    # torch.compile peers: one specialized graph per shape
+           "peer_compile": "static",    # torch.compile peers: one specialized graph per shape
+           # our kernels' launches overlap under programmatic dependent launch unless CODEGEN_PDL=0
+           "pdl": not os.environ.get("CODEGEN_PDL", "").startswith("0")}
     if commit := source_commit():
         out["commit"] = commit
     out["sources_digest"] = source_digest()

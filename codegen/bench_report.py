@@ -114,9 +114,14 @@ def latest(paths: list[Path]) -> dict:
     return out
 
 
+def _pdl_off(run: dict) -> str:
+    return ", CODEGEN_PDL=0" if run.get("pdl") is False else ""
+
+
 def _run_line(run: dict, what: str, source: str) -> str:
     return (f"{what}{run['date']} on {run['device']} (torch {run['torch']}"
-            f"{', commit ' + run['commit'] if run.get('commit') else ''}): copy "
+            f"{', commit ' + run['commit'] if run.get('commit') else ''}"
+            f"{_pdl_off(run)}): copy "
             f"{run['copy_graph_gbs']:.0f} GB/s by graph time, {run['copy_gbs']:.0f} GB/s by "
             f"events. Raw figures: `{source}`.")
 
@@ -212,7 +217,7 @@ def summary(run: dict) -> str:
     x = "{:.2f}x"
     big = lambda rows: [r for r in rows if r["t"] >= 4096 and r["h"] >= 4096]   # noqa: E731
     runs = run.get("sources") or [dict(_meta(run), sections=[])]
-    copy = lambda r: f"copy {r['copy_graph_gbs']:.0f} GB/s"   # noqa: E731
+    copy = lambda r: f"copy {r['copy_graph_gbs']:.0f} GB/s{_pdl_off(r)}"   # noqa: E731
     when = "; ".join(f"{', '.join(r['sections'])} {r['date']}"
                      + (f" at {r['commit']}" if r.get("commit") else "") + f" ({copy(r)})"
                      for r in runs) if len(runs) > 1 else f"{run['date']} ({copy(run)})"

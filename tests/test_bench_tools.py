@@ -31,6 +31,13 @@ def test_report_shows_a_peer_where_the_run_timed_it():
     assert "0.90x AITER Triton" in bench_report.summary(_run())
 
 
+def test_report_names_a_run_without_programmatic_launch():
+    run = dict(_run(), pdl=False)
+    assert "CODEGEN_PDL=0" in bench_report.tables(run, "x.json")
+    assert "CODEGEN_PDL=0" in bench_report.summary(run)
+    assert "CODEGEN_PDL" not in bench_report.tables(dict(_run(), pdl=True), "x.json")
+
+
 def test_report_shows_the_same_size_copy_where_timed():
     run = _run()
     assert "same-size" not in bench_report.summary(run)
