@@ -345,6 +345,8 @@ def main(argv=None) -> int:
                     "docs/bench/)")
     ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
     ap.add_argument("--tables", type=Path, default=ROOT / "docs" / "performance.md")
+    ap.add_argument("--plot", type=Path, default=RESULTS / "roofline.png",
+                    help="where the roofline goes (another device's runs: another file)")
     args = ap.parse_args(argv)
     paths = args.json or sorted(RESULTS.glob("*.json"))
     if not paths:
@@ -355,9 +357,9 @@ def main(argv=None) -> int:
     if not (_replace(args.tables, (BEGIN, END), tables(run, source))
             and _replace(args.readme, SUMMARY, summary(run))):
         return 2
-    plotted = roofline(run, RESULTS / "roofline.png")
-    print(f"bench_report: {args.tables.name} and the README summary from {source}"
-          + (", roofline.png" if plotted else " (no matplotlib: no plot)"))
+    plotted = roofline(run, args.plot)
+    print(f"bench_report: {args.tables.name} and {args.readme.name}'s summary from {source}"
+          + (f", {args.plot.name}" if plotted else " (no matplotlib: no plot)"))
     return 0
 
 

@@ -106,6 +106,21 @@ def test_the_vllm_kernel_is_taken_out_of_its_module_alone(fresh_peers, tmp_path)
     assert callable(peers.vllm_quant())
 
 
+def test_a_report_of_another_device_goes_to_files_of_its_own(tmp_path, monkeypatch):
+    """A second device's runs make their own page and plot; the record's are left alone."""
+    (tmp_path / "r.json").write_text(json.dumps(dict(_run(), date="2026-12-01")))
+    page = tmp_path / "page.md"
+    page.write_text("<!-- bench-summary:begin -->\n<!-- bench-summary:end -->\n"
+                    "<!-- bench:begin -->\n<!-- bench:end -->\n")
+    plots = []
+    monkeypatch.setattr(bench_report, "roofline", lambda run, path: plots.append(path))
+    assert bench_report.main([str(tmp_path / "r.json"), "--tables", str(page), "--readme",
+                              str(page), "--plot", str(tmp_path / "p.png")]) == 0
+    assert plots == [tmp_path / "p.png"]
+    text = page.read_text()
+    assert "rmsnorm_group_quant (bf16, G 128)" in text and "Raw figures:" in text
+
+
 def test_report_takes_each_section_from_the_newest_run_that_has_it(tmp_path):
     row = _run()["rmsnorm_quant"][1]
     older = dict(_run(), date="2026-12-01", commit="aaa", quant=[dict(row, g=128, us=99.0)])
