@@ -69,13 +69,11 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int, eps: float = EPS
                               ) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's fp8_utils.per_token_group_quant_fp8: x [..., K] -> (x_q [..., K] fp8,
     x_s fp32 [..., K/group_size]); column_major_scales: x_s strides (1, M) for 2-D x, and
-    (1, round_up(M, 4)) with tma_aligned_scales. eps: the amax floor; the kernels' is 1e-10.
-    use_ue8m0=None means False here (vLLM derives it from its DeepGEMM settings)."""
+    (1, round_up(M, 4)) with tma_aligned_scales (which row-major scales ignore, as vLLM's).
+    eps: the amax floor; the kernels' is 1e-10. use_ue8m0=None means False here (vLLM derives
+    it from its DeepGEMM settings)."""
     if eps != EPS_AMAX:
         raise ValueError(f"eps: {eps}; the kernels floor the group amax at {EPS_AMAX} only")
-    if tma_aligned_scales and not column_major_scales:
-        raise ValueError("tma_aligned_scales: applies to column-major scales only "
-                         "(column_major_scales=True)")
     if column_major_scales and x.dim() != 2:
         raise ValueError(f"x: column-major scales need 2-D x, got shape {tuple(x.shape)}")
     layout = ("col_tma" if tma_aligned_scales else "col") if column_major_scales else "row"
@@ -145,28 +143,31 @@ def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon:
                              residual: torch.Tensor | None = None,
                              is_scale_transposed: bool = False, tma_alignment: int = 0
                              ) -> tuple[torch.Tensor, torch.Tensor]:
-    """vLLM's _custom_ops.rms_norm_per_block_quant: (out [T, H] fp8, scales fp32 [T, H/g]) with
-    g = group_size[1] (64 or 128); residual, if given, becomes input + residual in place and is
-    normalized instead. is_scale_transposed: scales strides (1, T); tma_alignment=4: (1,
-    round_up(T, 4)). Numerics: as the module's docstring says."""
+    """vLLM's _custom_ops.rms_norm_per_block_quant: input [..., H] -> (out [..., H] fp8,
+    scales fp32 [T, H/g], T = input's rows) with g = group_size[1] (64 or 128); residual, if
+    given, becomes input + residual in place and is normalized instead. is_scale_transposed:
+    scales strides (1, T); tma_alignment=4: (1, round_up(T, 4)) for 2-D input (row-major scales
+    ignore it, as vLLM's). Numerics: as the module's docstring says."""
     if scale_ub is not None:
         raise ValueError("scale_ub: an upper bound on the scales is not supported")
     if len(group_size) != 2 or group_size[0] != 1:
         raise ValueError(f"group_size: expected [1, g], got {group_size}")
     if tma_alignment not in (0, 4):
         raise ValueError(f"tma_alignment: expected 0 or 4, got {tma_alignment}")
-    if tma_alignment and not is_scale_transposed:
-        raise ValueError("tma_alignment: applies to transposed scales only "
-                         "(is_scale_transposed=True)")
     layout = ("col_tma" if tma_alignment else "col") if is_scale_transposed else "row"
+    if layout == "col_tma" and isinstance(input, torch.Tensor) and input.dim() != 2:
+        raise ValueError(f"input: TMA-aligned scales need 2-D input, got shape "
+                         f"{tuple(input.shape)}")
+    _same_shape("residual", residual, input, "input")
     # before the call, which may update residual (elsewhere than a GPU the op refuses x first)
     if isinstance(input, torch.Tensor) and (input.is_cuda or on_emulator(input)):
         fp8 = quant.resolve_fp8(input, None, None)[0]
         if fp8 != quant_dtype:
             raise ValueError(f"quant_dtype: {quant_dtype} is not this device's FP8 format "
                              f"({fp8})")
-    return ops.rmsnorm_group_quant(input, weight, epsilon, group_size[1], residual=residual,
-                                   scale_layout=layout)
+    q, s = ops.rmsnorm_group_quant(_rows(input), weight, epsilon, group_size[1],
+                                   residual=_rows(residual, "residual"), scale_layout=layout)
+    return (q, s) if q.shape == input.shape else (q.view(input.shape), s)
 
 
 @named(a="A", b="B", a_scales="As", b_scales="Bs")

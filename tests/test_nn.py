@@ -61,8 +61,15 @@ def test_bad_arguments_name_the_argument_before_any_gpu_work():
     x = torch.zeros(4, 128)
     with pytest.raises(ValueError, match="eps:"):
         vllm.per_token_group_quant_fp8(x, 128, eps=1e-6)
-    with pytest.raises(ValueError, match="tma_aligned_scales"):
+    # vLLM's row-major scales ignore TMA alignment: the call goes on to the device check
+    with pytest.raises(ValueError, match="x: must be on a GPU"):
         vllm.per_token_group_quant_fp8(x, 128, tma_aligned_scales=True)
+    with pytest.raises(ValueError, match="input: must be on a GPU"):
+        vllm.rms_norm_per_block_quant(x.bfloat16(), x[0].bfloat16(), 1e-6, torch.float8_e4m3fn,
+                                      [1, 128], tma_alignment=4)
+    with pytest.raises(ValueError, match="input: TMA-aligned scales need 2-D input"):
+        vllm.rms_norm_per_block_quant(x.view(2, 2, 128), x[0], 1e-6, torch.float8_e4m3fn,
+                                      [1, 128], is_scale_transposed=True, tma_alignment=4)
     with pytest.raises(ValueError, match="column-major scales need 2-D x"):
         vllm.per_token_group_quant_fp8(x.view(2, 2, 128), 128, column_major_scales=True)
     with pytest.raises(ValueError, match="scale_ub"):
@@ -456,7 +463,7 @@ def test_convert_replaces_linears_and_keeps_skipped_ones():
 # ---- vLLM-named entry points ----
 
 @gpu
-@pytest.mark.parametrize("col,tma", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("col,tma", [(False, False), (False, True), (True, False), (True, True)])
 def test_vllm_per_token_group_quant_layouts(col, tma):
     m, k = 37, 512
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -501,7 +508,7 @@ def test_vllm_norms_in_place():
 
 
 @gpu
-@pytest.mark.parametrize("transposed,tma", [(False, 0), (True, 0), (True, 4)])
+@pytest.mark.parametrize("transposed,tma", [(False, 0), (False, 4), (True, 0), (True, 4)])
 def test_vllm_rms_norm_per_block_quant(transposed, tma):
     x = torch.randn(21, 1024, device="cuda", dtype=torch.bfloat16)
     w = torch.rand(1024, device="cuda", dtype=torch.bfloat16) + 0.5
@@ -511,10 +518,20 @@ def test_vllm_rms_norm_per_block_quant(transposed, tma):
     rq, rs = ops.rmsnorm_group_quant(x, w, 1e-6, 128)
     assert_same(q, rq, "q")
     assert_same(s.contiguous(), rs, "scales")
-    if transposed:
-        assert s.stride() == (1, 24 if tma else 21)
+    assert s.stride() == ((1, 24 if tma else 21) if transposed else (8, 1))
     with pytest.raises(ValueError, match="quant_dtype"):
         vllm.rms_norm_per_block_quant(x, w, 1e-6, torch.int8, [1, 128])
+    if not (transposed and tma):    # [..., H] input: out [..., H], scales [T, H/g] (vLLM's)
+        r = torch.randn_like(x)
+        r_want = r + x
+        q3, s3 = vllm.rms_norm_per_block_quant(x.view(3, 7, 1024), w, 1e-6, fp8, [1, 128],
+                                               residual=r.view(3, 7, 1024),
+                                               is_scale_transposed=transposed)
+        rq, rs = ops.rmsnorm_group_quant(r_want, w, 1e-6, 128)
+        assert q3.shape == (3, 7, 1024) and s3.shape == (21, 8)
+        assert_same(q3.view(21, 1024), rq, "q of [..., H] input")
+        assert_same(s3.contiguous(), rs, "scales of [..., H] input")
+        assert_same(r, r_want, "residual of [..., H] input")
 
 
 @gpu
