@@ -151,17 +151,25 @@ class QuantType(enum.IntEnum):
     per_1024x128 = 7
 
 
+class NotBuilt(NotImplementedError, ValueError):
+    """A quant type with no kernel here: AITER's NotImplementedError, and a ValueError as every
+    other refused argument."""
+
+
 def get_hip_quant(quant_type):
     """aiter.get_hip_quant: the quant function for a QuantType (this module's, aiter's, or the
-    member's name). Only per_1x128 is built; as AITER does for the types it lacks, the others
-    give a function that fails when called, not at the lookup (engines look types up at
-    start-up whether or not they run them)."""
+    member's name). QuantType.No passes x through as (x, None), as AITER's does; per_1x128 is
+    the one built. As AITER does for the types it lacks, the others give a function that raises
+    NotImplementedError when called, not at the lookup (engines look types up at start-up
+    whether or not they run them)."""
     name = getattr(quant_type, "name", quant_type)
     if name == "per_1x128":
         return functools.partial(per_group_quant_hip, group_size=128)
+    if name == "No":
+        return lambda x, *args, **kwargs: (x, None)
 
     def not_built(*args, **kwargs):
-        raise ValueError(f"quant_type: {quant_type}; only per_1x128 (1 x 128 groups) is built")
+        raise NotBuilt(f"quant_type: {name}; only per_1x128 (1 x 128 groups) is built")
     return not_built
 
 
@@ -204,7 +212,8 @@ def fused_rms_fp8_group_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp
       fp32, group-quantized (group_size 64 or 128); transpose_scale / is_x_scale_strided as
       aiter_scales;
     - out1: the same normalized values in inp1's dtype if output_unquantized_inp1, else None;
-    - out2: rmsnorm(inp2) * inp2_weight (not quantized, no residual) if inp2 is given, else None;
+    - out2: rmsnorm(inp2) * inp2_weight in inp1's dtype (not quantized, no residual) if inp2 is
+      given, else None;
     - out_res1: inp1 + res1 if res1 is given, else None.
     Every output is new; no input is written. With inp2 and nothing that the one-launch MLA kernel
     lacks (a residual, the unquantized copy, a second epsilon, rows over 8192), one launch."""
@@ -236,4 +245,6 @@ def fused_rms_fp8_group_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp
             out2 = ops.rmsnorm(inp2, inp2_weight, inp2_epsilon) if inp2 is not None else None
         except (TypeError, ValueError) as e:
             raise renamed(e, _INP2_NAMES) from None
+        if out2 is not None and out2.dtype != inp1.dtype:    # AITER's out2 is in inp1's dtype
+            out2 = out2.to(inp1.dtype)
     return (q, aiter_scales(s, transpose_scale, is_x_scale_strided)), out1, out2, out_res1

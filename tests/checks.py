@@ -182,6 +182,11 @@ def check_aiter_entry_points(device: str) -> None:
     assert_same(out_res, r3, "with res1: out_res1")
     assert_same(out2, ops.rmsnorm(kv, kvw, 1e-5), "with res1: out2 (its own epsilon)")
     assert_same(res, res0, "res1 left as it was")
+    # an fp32 inp2: out2 comes in inp1's dtype, as AITER's
+    kv32, kvw32 = kv.float(), kvw.float()
+    out2 = aiter.fused_rms_fp8_group_quant(x, w, eps, kv32, kvw32, eps, dtype_quant=fp8)[2]
+    assert out2.dtype == torch.bfloat16
+    assert_same(out2, ops.rmsnorm(kv32, kvw32, eps).bfloat16(), "fp32 inp2: out2")
 
     # GEMM: the quant's scales as they are; fp16 out is the bf16 result converted
     b, sb = quant_blocks(torch.randn(200, h, device=device) * 0.05, 128, fp8, fmax)

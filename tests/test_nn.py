@@ -102,8 +102,8 @@ def test_aiter_arguments_the_kernels_lack_are_named_before_any_gpu_work():
         (lambda: aiter.per_group_quant_hip(x, scale_type=torch.float16), "scale_type"),
         (lambda: aiter.per_group_quant_hip(x), "quant_dtype: torch.int8"),
         (lambda: aiter.per_group_quant_hip(x, quant_dtype=torch.float8_e4m3fn), "x: must be on"),
-        (lambda: aiter.get_hip_quant("per_Token")(x), "quant_type"),
-        (lambda: aiter.get_hip_quant(aiter.QuantType.per_128x128)(x), "quant_type"),
+        (lambda: aiter.get_hip_quant("per_Token")(x), "quant_type: per_Token"),
+        (lambda: aiter.get_hip_quant(aiter.QuantType.per_128x128)(x), "quant_type: per_128x128"),
         (lambda: aiter.gemm_a8w8_blockscale(x, x, x, x, isBpreshuffled=True), "isBpreshuffled"),
         (lambda: aiter.gemm_a8w8_blockscale(x, x, x, x, dtype=torch.float32), "dtype"),
         (lambda: aiter.fused_rms_fp8_group_quant(x, x[0], 1e-6, x), "inp2_weight"),
@@ -113,6 +113,10 @@ def test_aiter_arguments_the_kernels_lack_are_named_before_any_gpu_work():
     for call, name in cases:
         with pytest.raises(ValueError, match=name):
             call()
+    # AITER's own conventions: QuantType.No passes through, a type it lacks is NotImplemented
+    assert aiter.get_hip_quant(aiter.QuantType.No)(x, quant_dtype=torch.int8) == (x, None)
+    with pytest.raises(NotImplementedError, match="quant_type: per_Tensor"):
+        aiter.get_hip_quant(aiter.QuantType.per_Tensor)(x)
 
 
 def test_residual_out_errors_name_the_argument():
