@@ -324,6 +324,42 @@ def test_block_fp8_linear_adds_its_bias_in_the_output_dtype(cpu_fp8, monkeypatch
     assert y.dtype == torch.float16 and (y == torch.tensor(300.7, dtype=torch.float16)).all()
 
 
+def test_block_fp8_linear_builds_on_meta_then_loads(cpu_fp8, monkeypatch):
+    """Meta-device init (a model too large to build twice), to_empty, then a checkpoint."""
+    src = cnn.BlockFP8Linear.from_linear(nn.Linear(256, 200), device="cpu")
+    asked, fmt = [], cnn.device_fp8(None)
+    monkeypatch.setattr(cnn, "device_fp8", lambda d: asked.append(d) or fmt)
+    layer = cnn.BlockFP8Linear(256, 200, device="meta")
+    with torch.device("meta"):
+        assert cnn.BlockFP8Linear(256, 200).weight.is_meta     # the context's device
+    assert layer.weight.is_meta and all(d.type != "meta" for d in asked)
+    layer.to_empty(device="cpu")
+    layer.load_state_dict(src.state_dict())
+    assert torch.equal(layer.weight.view(torch.uint8), src.weight.view(torch.uint8))
+    assert torch.equal(layer.weight_scale_inv, src.weight_scale_inv)
+    assert torch.equal(layer.bias, src.bias)
+
+
+def test_block_fp8_linear_loads_its_bias_and_buffers_as_they_come(cpu_fp8, monkeypatch):
+    src = cnn.BlockFP8Linear.from_linear(nn.Linear(256, 128).half(), device="cpu")
+    src.bias.data.fill_(300.7)      # 300.75 in fp16, 300 in bf16
+    layer = cnn.BlockFP8Linear(256, 128, device="cpu")
+    layer.load_state_dict(src.state_dict())
+    assert layer.bias.dtype == torch.float16 and layer.bias[0].item() == 300.75
+
+    class Ops:      # the GEMM's bf16 output: zeros
+        per_token_group_quant_fp8 = staticmethod(lambda x, g: (x, None))
+        gemm_a8w8_blockscale = staticmethod(
+            lambda q, s, w, ws: torch.zeros(q.shape[0], w.shape[0], dtype=torch.bfloat16))
+    monkeypatch.setattr(cnn, "_OPS", Ops)
+    assert layer(torch.zeros(2, 256, dtype=torch.float16))[0, 0].item() == 300.75
+    # assign=True with Parameters (keep_vars=True): weight and scales stay buffers
+    state = {k: nn.Parameter(v, requires_grad=False) for k, v in src.state_dict().items()}
+    layer.load_state_dict(state, assign=True)
+    assert set(layer._buffers) == {"weight", "weight_scale_inv"}
+    assert [n for n, _ in layer.named_parameters()] == ["bias"]
+
+
 def test_an_e4m3fn_state_dict_loads_on_an_fnuz_device(cpu_fp8):
     fn_layer = cnn.BlockFP8Linear.from_linear(nn.Linear(256, 128, bias=False), device="cpu")
     state = fn_layer.state_dict()

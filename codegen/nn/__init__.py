@@ -98,8 +98,12 @@ class BlockFP8Linear(nn.Module):
         if in_features % BLOCK:
             raise ValueError(f"in_features: {in_features} is not a multiple of {BLOCK} (each "
                              f"call quantizes x in groups of {BLOCK} columns)")
-        device = torch.device(device if device is not None else "cuda")
-        fp8, _ = device_fp8(device)
+        if device is None:     # a meta (or cuda) default device, as `with torch.device(...)` sets
+            default = torch.get_default_device()
+            device = default if default.type in ("meta", "cuda") else "cuda"
+        device = torch.device(device)
+        # on meta (materialized later by to_empty), the FP8 format of the GPU it will run on
+        fp8, _ = device_fp8(torch.device("cuda") if device.type == "meta" else device)
         self.in_features, self.out_features, self.out_dtype = in_features, out_features, out_dtype
         self.register_buffer("weight", torch.zeros(out_features, in_features, device=device,
                                                    dtype=fp8))
@@ -117,12 +121,25 @@ class BlockFP8Linear(nn.Module):
             super()._apply(fn, recurse)
         finally:
             for name, t in kept.items():
-                self._buffers[name] = t.to(fn(torch.empty(0, device=t.device)).device)
+                to = fn(torch.empty(0, device=t.device)).device
+                # meta tensors hold no data: to_empty() gets uninitialized ones, as for parameters
+                self._buffers[name] = torch.empty_like(t, device=to) if t.is_meta else t.to(to)
         if self.out_dtype is not None:
             self.out_dtype = fn(torch.empty(0, dtype=self.out_dtype)).dtype
         return self
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # weight and scales stay buffers: assign=True with Parameters (state_dict(keep_vars=True)
+        # of a module that holds them so) would make them parameters
+        for key in (prefix + "weight", prefix + "weight_scale_inv"):
+            if isinstance(state_dict.get(key), nn.Parameter):
+                state_dict[key] = state_dict[key].detach()
+        # without out_dtype the bias keeps the checkpoint's precision (a bf16 copy would round it)
+        b = state_dict.get(prefix + "bias")
+        if (self.bias is not None and self.out_dtype is None and isinstance(b, torch.Tensor)
+                and b.is_floating_point() and b.dtype != self.bias.dtype):
+            self.bias = nn.Parameter(torch.empty_like(self.bias, dtype=b.dtype),
+                                     requires_grad=False)
         # an e4m3fn checkpoint on a device whose FP8 is e4m3fnuz: converted, scales doubled
         w, s = state_dict.get(prefix + "weight"), state_dict.get(prefix + "weight_scale_inv")
         if w is not None and w.dtype != self.weight.dtype:
