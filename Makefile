@@ -36,7 +36,7 @@ emulator:
 	@sh tools/get_emulator.sh $(TINYGRAD_GIT)
 
 bench: setup
-	$(PY) -m codegen.bench --json docs/bench/$$($(PY) -c "import torch; print(torch.cuda.get_device_name().split()[-1].lower())")-$$(date +%F).json
+	$(PY) -m codegen.bench --json docs/bench/
 	-$(PY) -m codegen.bench_report
 
 clean:

@@ -651,12 +651,19 @@ def source_digest(root: str | None = None) -> str:
     return h.hexdigest()[:12]
 
 
+def card_name(device: str) -> str:
+    """The card's model from torch's device name: its first word with a digit ("NVIDIA H100
+    80GB HBM3" -> h100, "AMD Instinct MI300X" -> mi300x), else the last word."""
+    words = device.split() or ["gpu"]
+    return next((w for w in words if any(c.isdigit() for c in w)), words[-1]).lower()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m codegen.bench")
     ap.add_argument("--digest", action="store_true",
                     help="print the sources' hash (a run's `sources_digest`) and exit")
     ap.add_argument("--quick", action="store_true", help="a few shapes only")
-    ap.add_argument("--json", help="write all figures here")
+    ap.add_argument("--json", help="write all figures here (a folder: <card>-<date>.json in it)")
     ap.add_argument("--sections", default=",".join(SECTIONS),
                     help=f"comma-separated, of {','.join(SECTIONS)}")
     ap.add_argument("--gemm-ms", help="the GEMM section at these M only (comma-separated)")
@@ -685,6 +692,8 @@ def main(argv=None) -> int:
            "peer_compile": "static",    # torch.compile peers: one specialized graph per shape
            # our kernels' launches overlap under programmatic dependent launch unless CODEGEN_PDL=0
            "pdl": not os.environ.get("CODEGEN_PDL", "").startswith("0")}
+    if args.json and (args.json.endswith("/") or os.path.isdir(args.json)):
+        args.json = os.path.join(args.json, f"{card_name(out['device'])}-{out['date']}.json")
     if commit := source_commit():
         out["commit"] = commit
     out["sources_digest"] = source_digest()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -40,7 +41,7 @@ def _target(arch: str):
     try:
         return get_target(native_arch() if arch == "native" else arch)
     except (ValueError, RuntimeError) as e:
-        raise CliError(f"--arch: {e}") from None
+        raise CliError(f"--arch: {e}" + (", or native" if arch != "native" else "")) from None
 
 
 def _ops(text: str | None) -> list[str] | None:
@@ -81,7 +82,7 @@ def cmd_build(args) -> int:
     if args.wheel is not None:
         from .build.wheel import pack
 
-        whl = pack(out, target.arch, args.wheel or out.parent)
+        whl = pack(out, target.arch, Path(args.wheel) if args.wheel else out.parent).resolve()
         print(f"wheel: {whl}\n  pip install {whl}   # then any process on a {target.arch} host "
               f"loads these modules with no JIT")
     return code
@@ -414,7 +415,7 @@ def parser() -> argparse.ArgumentParser:
                    "~/.local/share/codegen)")
     b.add_argument("--emu", action="store_true", help="gfx targets: also the code objects and "
                    "CPU launchers the AMD ISA emulator runs")
-    b.add_argument("--wheel", nargs="?", const="", type=Path, metavar="DIR",
+    b.add_argument("--wheel", nargs="?", const="", metavar="DIR",
                    help="also pack the arch's modules into an installable wheel (in DIR, "
                         "default beside OUT/<arch>)")
     b.set_defaults(run=cmd_build)
@@ -456,7 +457,12 @@ def main(argv=None) -> int:
     elif rest:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        return args.run(args)
+        rc = args.run(args)
+        sys.stdout.flush()        # a closed pipe shows here, not at exit
+        return rc
+    except BrokenPipeError:       # `... | head`: the reader left; nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # nor at exit's flush
+        return 0
     except CliError as e:
         print(f"codegen {args.command}: {e}", file=sys.stderr)
         return 2

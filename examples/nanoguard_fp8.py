@@ -203,4 +203,6 @@ def _time(fn, reps: int = 20) -> float:
 if __name__ == "__main__":
     if importlib.util.find_spec("nanoguard") is None:
         sys.exit("the model ships in the metatronnanoguard package: pip install '.[model]'")
+    if not torch.cuda.is_available():
+        sys.exit("the example runs the model on a GPU (CUDA or ROCm); torch sees none")
     print(json.dumps(run(), indent=1))

@@ -364,3 +364,10 @@ def test_torch_compile_peers_take_one_static_graph_per_shape():
         fn(torch.ones(t, h))
     fn(torch.ones(16, 16))           # a shape seen before: no new graph
     assert graphs == [[(1, 16)], [(16, 16)], [(16, 32)], [(64, 48)]]
+
+
+def test_a_run_is_named_by_its_card():
+    from codegen.bench import card_name
+    assert [card_name(d) for d in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "AMD Instinct MI300X",
+                                   "AMD Radeon AI PRO R9700", "Radeon")] == [
+        "h200", "h100", "mi300x", "r9700", "radeon"]

@@ -328,3 +328,25 @@ def test_a_prebuilt_module_of_other_source_is_not_loaded(prebuilt, tmp_path):
                CODEGEN_NVCC=str(tmp_path / "no-nvcc"), CODEGEN_CACHE_DIR=str(tmp_path / "c"))
     r = run(["-c", LOAD], env=env, cwd=tmp_path)
     assert r.returncode != 0 and "nvcc not found" in r.stderr
+
+
+def test_a_bare_wheel_flag_packs_beside_the_build_and_list_takes_a_closed_pipe(prebuilt, tmp_path):
+    """`--wheel` without DIR writes beside OUT/<arch>, not into the working directory, and
+    says where; `list | head` ends quietly when head stops reading."""
+    env = dict(os.environ, CODEGEN_NVCC=str(prebuilt / "nvcc"),
+               CODEGEN_CACHE_DIR=str(prebuilt / "cache"), PYTHONPATH=str(ROOT))
+    r = run(["-m", "codegen", "build", "--arch", "sm_90a", "--ops", "group_quant_fp8", "--out",
+             str(prebuilt / "aot"), "--wheel"], cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert os.listdir(tmp_path) == []
+    (whl,) = (prebuilt / "aot").glob("fp8_codegen_kernels_sm_90a-*.whl")
+    assert f"wheel: {whl}" in r.stdout
+    read, write = os.pipe()
+    os.close(read)       # the reader is gone before the first row
+    try:
+        r = subprocess.run([sys.executable, "-m", "codegen", "list", "--arch", "sm_90a",
+                            "--out", str(prebuilt / "aot")], stdout=write,
+                           stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env)
+    finally:
+        os.close(write)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
