@@ -693,6 +693,7 @@ def main(argv=None) -> int:
            # our kernels' launches overlap under programmatic dependent launch unless CODEGEN_PDL=0
            "pdl": not os.environ.get("CODEGEN_PDL", "").startswith("0")}
     if args.json and (args.json.endswith("/") or os.path.isdir(args.json)):
+        os.makedirs(args.json, exist_ok=True)
         args.json = os.path.join(args.json, f"{card_name(out['device'])}-{out['date']}.json")
     if commit := source_commit():
         out["commit"] = commit
