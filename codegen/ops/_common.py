@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from ..dispatch import arch_of, kernel, variant_for
+from ..dispatch import arch_of as _arch_of
+from ..dispatch import kernel, variant_for
 
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 LIB = torch.library.Library("codegen", "DEF")
@@ -65,6 +66,13 @@ def aligned_copy(t: torch.Tensor) -> torch.Tensor:
     """t itself if its rows are 16-byte aligned, else a fresh contiguous copy (which is): the
     kernels read rows 16 bytes at a time."""
     return t if rows_aligned(t) else t.clone(memory_format=torch.contiguous_format)
+
+
+# Fixed for a device while the process lives: torch.compile takes the value when it traces a call
+# rather than tracing into the function's cache (which it warns about).
+@torch.compiler.assume_constant_result
+def arch_of(device_index: int) -> str:
+    return _arch_of(device_index)
 
 
 def arch(t: torch.Tensor) -> str:

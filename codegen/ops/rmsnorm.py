@@ -12,7 +12,7 @@ import numbers
 
 import torch
 
-from ..families.dual_rmsnorm_quant import max_h as dual_max_h
+from ..families.dual_rmsnorm_quant import max_h
 from ..targets import get_target
 from . import _fast
 from ._common import aligned_copy as _aligned_copy
@@ -20,6 +20,12 @@ from ._common import rows_aligned as _rows_aligned
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_out, check_rc, check_tensor,
                       check_written, is_compiling as _is_compiling, launch, launcher)
 from .quant import SCALE_LAYOUTS, check_group_type, empty_scales, resolve_fp8
+
+
+@torch.compiler.assume_constant_result    # as arch_of (ops/_common.py)
+def dual_max_h(dtype: str, wave: int) -> int:
+    return max_h(dtype, wave)
+
 
 QUANT_DTYPES = (torch.bfloat16, torch.float16)
 QUANT_GROUP_SIZES = (64, 128)
