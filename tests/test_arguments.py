@@ -271,8 +271,9 @@ def test_compiled_with_dynamic_shapes_one_graph_each(cpu_impls):
             for t in (5, 9, 17):
                 compiled(rows(t, 256), 1e-5)
         assert counters["stats"]["unique_graphs"] == 1, (name, dict(counters["stats"]))
-        # nothing for an engine's log: e.g. dynamo's note on tracing into a cached function
-        assert not [str(w.message) for w in seen], name
+        # nothing of ours for an engine's log, nor dynamo's note on tracing into a cache
+        assert not [str(w.message) for w in seen
+                    if "lru_cache" in str(w.message) or "codegen" in w.filename], name
 
 
 _SAME_TENSOR_TWICE = {
