@@ -91,6 +91,40 @@ def test_few_boundary_values_per_wave(dtype, g):
     run_and_check(x.to(DTYPES[dtype]), g, "row", False)
 
 
+def test_scale_reciprocal_is_ieee_over_its_range():
+    """The group scale's 1 / scale on sm_90a (rcp_rn_mid, arch_cuda.cuh): MUFU's approximate
+    reciprocal and one fma step, without rcp.rn's range test. Replayed here with the same
+    instructions for every float32 of biased exponent 1-252 (the scales' range, [1e-10 / fp8_max,
+    FLT_MAX / fp8_max], lies inside) against IEEE division: equal bit for bit."""
+    triton = pytest.importorskip("triton")
+    import triton.language as tl
+    from codegen.render import INCLUDE_DIR
+
+    if torch.version.hip:
+        pytest.skip("HIP divides (arch_hip.h)")
+    header = (INCLUDE_DIR / "codegen" / "arch_cuda.cuh").read_text()
+    assert 'asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));' in header
+    assert "return __fmaf_rn(r, __fmaf_rn(-s, r, 1.0f), r);" in header
+
+    @triton.jit
+    def both(s_ptr, y_ptr, ieee_ptr, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        s = tl.load(s_ptr + i)
+        r = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [s],
+                                      dtype=tl.float32, is_pure=True, pack=1)
+        tl.store(y_ptr + i, tl.fma(r, tl.fma(-s, r, 1.0), r))
+        tl.store(ieee_ptr + i, tl.math.div_rn(tl.full(s.shape, 1.0, tl.float32), s))
+
+    n = 1 << 23
+    mantissa = torch.arange(n, device="cuda", dtype=torch.int32)
+    y, ieee = (torch.empty(n, device="cuda") for _ in range(2))
+    for e in range(1, 253):
+        s = (mantissa | (e << 23)).view(torch.float32)
+        both[(n // 1024,)](s, y, ieee, BLOCK=1024)
+        bad = (y.view(torch.int32) != ieee.view(torch.int32)).nonzero()
+        assert bad.numel() == 0, f"1 / {s[bad[0]].item()!r}: {y[bad[0]].item()!r} != {ieee[bad[0]].item()!r}"
+
+
 def test_empty_and_large():
     q, s = ops.per_token_group_quant_fp8(torch.empty(0, 512, device="cuda", dtype=torch.bfloat16))
     assert q.shape == (0, 512) and s.shape == (0, 4)

@@ -33,7 +33,8 @@ HEADER = (INCLUDE_DIR / "codegen" / "group_quant.cuh").read_text()
 @cache
 def header_corrections() -> int:
     """How many corrections quotient() applies; fails if its steps are not the ones replayed."""
-    assert "return {div_rn(1.0f, scale), inf ? 0.0f : scale};" in HEADER   # y = RN(1 / scale)
+    # y = RN(1 / scale): rcp_rn_mid is, over the scales' range (tests/test_gpu_quant.py)
+    assert "return {inf ? 0.0f : rcp_rn_mid(scale), inf ? 0.0f : scale};" in HEADER
     body = re.search(r"CG_DEVICE float quotient\(float x, Divisor d\) \{(.*?)\n\}", HEADER, re.S)
     assert body, "quotient() not found in group_quant.cuh"
     steps = " ".join(body.group(1).split())

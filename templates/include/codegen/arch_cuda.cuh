@@ -57,6 +57,15 @@ CG_DEVICE float fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 CG_DEVICE float div_rn(float a, float b) { return __fdiv_rn(a, b); }
 CG_DEVICE float sqrt_rn(float a) { return __fsqrt_rn(a); }
 
+// RN(1 / s) for 2^-126 <= |s| < 2^126 (biased exponent 1-252), NaN for NaN: rcp.rn's own fast
+// path on sm_90a without its range test, which div_rn(1, s) pays on top (FCHK and a branch).
+// Checked for every such s against IEEE division on the GPU (tests/test_gpu_quant.py).
+CG_DEVICE float rcp_rn_mid(float s) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  return __fmaf_rn(r, __fmaf_rn(-s, r, 1.0f), r);
+}
+
 // Per-16-bit-half unsigned max of two packed pairs.
 CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {
   uint32_t r;

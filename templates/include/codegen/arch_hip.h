@@ -57,6 +57,8 @@ CG_DEVICE uint16_t float_to_f16(float f) {
 CG_DEVICE float fma(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 CG_DEVICE float div_rn(float a, float b) { return a / b; }
 CG_DEVICE float sqrt_rn(float a) { return __builtin_sqrtf(a); }
+// As arch_cuda.cuh's rcp_rn_mid: IEEE division here.
+CG_DEVICE float rcp_rn_mid(float s) { return div_rn(1.0f, s); }
 
 // Per-16-bit-half unsigned max of two packed pairs (v_pk_max_u16).
 CG_DEVICE uint32_t umax16x2(uint32_t a, uint32_t b) {

@@ -62,9 +62,11 @@ struct Divisor {
   float scale;  // the scale, or 0 for scale = inf
 };
 
+// scale lies in [1e-10 / fp8_max, FLT_MAX / fp8_max] (div_by_fp8_max of amax >= 1e-10), where
+// rcp_rn_mid is RN(1 / scale), or is inf or NaN.
 CG_DEVICE Divisor divisor(float scale) {
   const bool inf = (float_to_bits(scale) & 0x7fffffffu) == 0x7f800000u;
-  return {div_rn(1.0f, scale), inf ? 0.0f : scale};
+  return {inf ? 0.0f : rcp_rn_mid(scale), inf ? 0.0f : scale};
 }
 
 CG_DEVICE float quotient(float x, Divisor d) {
