@@ -57,7 +57,7 @@ CG_DEVICE float fma(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 CG_DEVICE float div_rn(float a, float b) { return __fdiv_rn(a, b); }
 CG_DEVICE float sqrt_rn(float a) { return __fsqrt_rn(a); }
 
-// RN(1 / s) for 2^-126 <= |s| < 2^126 (biased exponent 1-252), NaN for NaN: rcp.rn's own fast
+// RN(1 / s) for 2^-126 <= s < 2^126 (biased exponent 1-252), NaN for NaN: rcp.rn's own fast
 // path on sm_90a without its range test, which div_rn(1, s) pays on top (FCHK and a branch).
 // Checked for every such s against IEEE division on the GPU (tests/test_gpu_quant.py).
 CG_DEVICE float rcp_rn_mid(float s) {
