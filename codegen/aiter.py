@@ -209,7 +209,7 @@ def fused_rms_fp8_group_quant(inp1: torch.Tensor, inp1_weight: torch.Tensor, inp
     """aiter.ops.triton.quant.fused_fp8_quant.fused_rms_fp8_group_quant. Returns
     ((out1_fp8, out1_bs), out1, out2, out_res1):
     - out1_fp8 [M, N1] and out1_bs fp32 [M, N1 / group_size]: rmsnorm(inp1 (+ res1)) * weight in
-      fp32, group-quantized (group_size 64 or 128); transpose_scale / is_x_scale_strided as
+      fp32, group-quantized (group_size 32, 64 or 128); transpose_scale / is_x_scale_strided as
       aiter_scales;
     - out1: the same normalized values in inp1's dtype if output_unquantized_inp1, else None;
     - out2: rmsnorm(inp2) * inp2_weight in inp1's dtype (not quantized, no residual) if inp2 is

@@ -144,7 +144,7 @@ def rms_norm_per_block_quant(input: torch.Tensor, weight: torch.Tensor, epsilon:
                              is_scale_transposed: bool = False, tma_alignment: int = 0
                              ) -> tuple[torch.Tensor, torch.Tensor]:
     """vLLM's _custom_ops.rms_norm_per_block_quant: input [..., H] -> (out [..., H] fp8,
-    scales fp32 [T, H/g], T = input's rows) with g = group_size[1] (64 or 128); residual, if
+    scales fp32 [T, H/g], T = input's rows) with g = group_size[1] (32, 64 or 128); residual, if
     given, becomes input + residual in place and is normalized instead. is_scale_transposed:
     scales strides (1, T); tma_alignment=4: (1, round_up(T, 4)) for 2-D input (row-major scales
     ignore it, as vLLM's). Numerics: as the module's docstring says."""

@@ -328,7 +328,7 @@ def test_emu_rmsnorm_gfx90a_code_decodes_as_cdna3():
 
 RGQ = [("bf16", 128, "row", False, False, 5, 1536), ("bf16", 128, "col_tma", False, True, 3, 4096),
        ("fp16", 64, "col", True, False, 6, 2048), ("bf16", 64, "row", True, True, 2, 7168),
-       ("fp16", 128, "col_tma", False, False, 1, 512)]
+       ("fp16", 128, "col_tma", False, False, 1, 512), ("bf16", 32, "col", False, True, 4, 2080)]
 
 
 def rgq_id(c) -> str:
@@ -375,7 +375,7 @@ def test_emu_rmsnorm_group_quant_split_rows(arch):
     assert_same(qs, out[1], "dual scales vs split rows")
 
 
-@pytest.mark.parametrize("g", [64, 128])
+@pytest.mark.parametrize("g", [32, 128])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_emu_dual_rmsnorm_group_quant(arch, g):
     on(arch)

@@ -194,7 +194,7 @@ def run_fused_quant(x, w, g, layout, ue8m0, with_residual):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-@pytest.mark.parametrize("g", [64, 128])
+@pytest.mark.parametrize("g", [32, 64, 128])
 @pytest.mark.parametrize("layout", ["row", "col", "col_tma"])
 @pytest.mark.parametrize("ue8m0", [False, True])
 @pytest.mark.parametrize("with_residual", [False, True])
@@ -225,7 +225,7 @@ def test_rmsnorm_group_quant_misaligned_input():
 # ---- dual_rmsnorm_group_quant ----
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-@pytest.mark.parametrize("g", [64, 128])
+@pytest.mark.parametrize("g", [32, 64, 128])
 @pytest.mark.parametrize("layout", ["row", "col", "col_tma"])
 @pytest.mark.parametrize("ue8m0", [False, True])
 def test_dual_matches_separate_ops(dtype, g, layout, ue8m0):

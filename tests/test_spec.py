@@ -102,11 +102,11 @@ def test_lds_rates_per_simd():
 
 # Variants each arch builds for the RMSNorm families (the ISA test compiles all of them for six
 # AMD archs on CI, so the count is a budget): rmsnorm 3 dtypes x residual x vec16/scalar;
-# rmsnorm_group_quant 2 dtypes x 2 group sizes x ue8m0 x residual per FP8 format; dual 2 x 2 x 2
+# rmsnorm_group_quant 2 dtypes x 3 group sizes x ue8m0 x residual per FP8 format; dual 2 x 3 x 2
 # per FP8 format. The scale layout and the row length are run-time parameters.
 NORM_FAMILIES = ["rmsnorm", "rmsnorm_group_quant", "dual_rmsnorm_group_quant"]
-NORM_COUNTS = {"gfx942": (12, 32, 16), "gfx950": (12, 16, 8), "gfx1200": (12, 16, 8),
-               "gfx1201": (12, 16, 8), "sm_90a": (12, 16, 8), "gfx1100": (12, 0, 0),
+NORM_COUNTS = {"gfx942": (12, 48, 24), "gfx950": (12, 24, 12), "gfx1200": (12, 24, 12),
+               "gfx1201": (12, 24, 12), "sm_90a": (12, 24, 12), "gfx1100": (12, 0, 0),
                "gfx90a": (12, 0, 0)}
 
 
@@ -119,7 +119,7 @@ def test_rmsnorm_variant_counts(arch):
         assert len({v.uri for v in vs}) == len(vs)
         built.append(sum(validate(v) is None for v in vs))
     assert tuple(built) == NORM_COUNTS[arch]
-    assert sum(built) <= 60
+    assert sum(built) <= 84
 
 
 @pytest.mark.parametrize("arch", ["gfx1100", "gfx90a"])

@@ -28,7 +28,7 @@ def dual_max_h(dtype: str, wave: int) -> int:
 
 
 QUANT_DTYPES = (torch.bfloat16, torch.float16)
-QUANT_GROUP_SIZES = (64, 128)
+QUANT_GROUP_SIZES = (32, 64, 128)
 MAX_H = 1 << 24          # H as a float is exact, byte offsets within a row fit in 32 bits
 MAX_T = (1 << 31) - 1
 FLT_MAX = 3.4028234663852886e38
