@@ -375,6 +375,28 @@ def test_emu_rmsnorm_group_quant_split_rows(arch):
     assert_same(qs, out[1], "dual scales vs split rows")
 
 
+@pytest.mark.parametrize("arch", ["gfx942", "gfx1201"])
+def test_emu_rmsnorm_group_quant_g32_every_row_tier(arch):
+    """G = 32 (4 lanes a group) through each row tier of a wave64 and a wave32 target (sm_90a's
+    warp is gfx1201's wave): from 16 threads a row to the two-pass 1024-thread rows."""
+    s = on(arch)
+    fp8_dtype, fmax = fp8_of(arch)
+    first = len(s.launches())
+    for i, h in enumerate((32, 800, 1568, 3104, 6176, 12320, 16416)):
+        x, w = data(2, h, torch.bfloat16), weight(h, torch.bfloat16)
+        residual = data(2, h, torch.bfloat16) if i % 2 else None
+        r0 = residual.clone() if residual is not None else None
+        out = ops.rmsnorm_group_quant(x, w, EPS, 32, residual=residual, scale_layout="col",
+                                      also_return_unquantized=True)
+        check_fused_quant("emu_rmsnorm_group_quant_y", out, x, w, EPS, 32, "col", False,
+                          residual, r0, fp8_dtype, fmax)
+    tiers = {k.kernel.split("rmsnorm_quant_kernel")[1][:24] for k in launched(s, first)
+             if "rmsnorm_quant_kernel" in k.kernel}
+    # wave32: 16 x 2, 32 x 4, 128 x 2, 256 x 2 (the split tier's grid fits at once), 256 x 4,
+    # 1024 x 2, two-pass; wave64 holds 800 and 1568 both in 64 x 4
+    assert len(tiers) == (7 if arch == "gfx1201" else 6), tiers
+
+
 @pytest.mark.parametrize("g", [32, 128])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_emu_dual_rmsnorm_group_quant(arch, g):

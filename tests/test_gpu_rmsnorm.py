@@ -212,6 +212,12 @@ def test_rmsnorm_group_quant_shapes(h, t, with_residual):
     run_fused_quant(x, w, 128, "col_tma", False, with_residual)
 
 
+@pytest.mark.parametrize("h", [32, 800, 1568, 3104, 6176, 12320, 16416])
+def test_rmsnorm_group_quant_g32_every_row_tier(h):
+    x, w = data(37, h, torch.bfloat16), weight(h, torch.bfloat16)
+    run_fused_quant(x, w, 32, "col", False, h in (800, 3104, 12320))
+
+
 def test_rmsnorm_group_quant_misaligned_input():
     base = data(19, 2048 + 8, torch.bfloat16)
     w = weight(2048, torch.bfloat16)
