@@ -19,7 +19,7 @@ from ._common import aligned_copy as _aligned_copy
 from ._common import rows_aligned as _rows_aligned
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_out, check_rc, check_tensor,
                       check_written, is_compiling as _is_compiling, launch, launcher)
-from .quant import SCALE_LAYOUTS, check_group_type, empty_scales, resolve_fp8
+from .quant import GROUP_SIZES, SCALE_LAYOUTS, check_group_type, empty_scales, resolve_fp8
 
 
 @torch.compiler.assume_constant_result    # as arch_of (ops/_common.py)
@@ -28,7 +28,6 @@ def dual_max_h(dtype: str, wave: int) -> int:
 
 
 QUANT_DTYPES = (torch.bfloat16, torch.float16)
-QUANT_GROUP_SIZES = (32, 64, 128)
 MAX_H = 1 << 24          # H as a float is exact, byte offsets within a row fit in 32 bits
 MAX_T = (1 << 31) - 1
 FLT_MAX = 3.4028234663852886e38
@@ -112,9 +111,9 @@ def _check_eps(eps) -> float:
 
 def _check_quant(name: str, h: int, group_size, scale_layout) -> None:
     check_group_type(group_size)
-    if group_size not in QUANT_GROUP_SIZES:
+    if group_size not in GROUP_SIZES:
         raise ValueError(f"group_size: {group_size} not supported; expected one of "
-                         f"{QUANT_GROUP_SIZES}")
+                         f"{GROUP_SIZES}")
     if h % group_size:
         raise ValueError(f"{name}: hidden size {h} is not a multiple of group_size={group_size}")
     if scale_layout not in SCALE_LAYOUTS:
