@@ -106,6 +106,20 @@ def test_parameters_of_the_wrong_type_or_range(device):
         with pytest.raises(TypeError, match="group_size: expected an int"):
             call()
     assert device.launches == 0
+    # a flag given as "no" (truthy) or 2 is refused, with and without a plan for True
+    for flag in (False, True, "no", "", 2, None):
+        calls = ((lambda: ops.per_token_group_quant_fp8(x, ue8m0=flag), "ue8m0"),
+                 (lambda: ops.rmsnorm_group_quant(x, w, ue8m0=flag), "ue8m0"),
+                 (lambda: ops.rmsnorm_group_quant(x, w, also_return_unquantized=flag),
+                  "also_return_unquantized"),
+                 (lambda: ops.dual_rmsnorm_group_quant(x, w, x, w, ue8m0=flag), "ue8m0"))
+        for call, name in calls:
+            if isinstance(flag, bool):
+                call()
+            else:
+                with pytest.raises(TypeError, match=f"{name}: expected a bool"):
+                    call()
+    assert device.launches == 8
     # parameters no plan has are not kept, whatever they are
     before = len(_fast.IDS)
     for _ in range(3):

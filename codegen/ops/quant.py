@@ -108,6 +108,12 @@ def check_group_type(group_size) -> None:
         raise TypeError(f"group_size: expected an int, got {type(group_size).__name__}")
 
 
+def check_flag(name: str, value) -> None:
+    """A bool argument: a string such as "no" would otherwise read as True."""
+    if value is not True and value is not False and (isinstance(value, str) or value not in (0, 1)):
+        raise TypeError(f"{name}: expected a bool, got {value!r}")
+
+
 def check_group(h: int, group_size: int, scale_layout: str) -> None:
     check_group_type(group_size)
     if group_size not in GROUP_SIZES:
@@ -171,6 +177,7 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     ue8m0: round each scale up to a power of two. fp8_dtype / fp8_max: default to the device's
     format (e4m3fnuz / 224 on gfx942, where 240 is also offered; e4m3fn / 448 elsewhere).
     """
+    check_flag("ue8m0", ue8m0)
     if _is_compiling():      # checked in full; no cache written while tracing (a recompile)
         dtype, fmax = _check(x, group_size, scale_layout, fp8_dtype, fp8_max)
         if out is not None:

@@ -19,7 +19,8 @@ from ._common import aligned_copy as _aligned_copy
 from ._common import rows_aligned as _rows_aligned
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_out, check_rc, check_tensor,
                       check_written, is_compiling as _is_compiling, launch, launcher)
-from .quant import GROUP_SIZES, SCALE_LAYOUTS, check_group_type, empty_scales, resolve_fp8
+from .quant import (GROUP_SIZES, SCALE_LAYOUTS, check_flag, check_group_type, empty_scales,
+                    resolve_fp8)
 
 
 @torch.compiler.assume_constant_result    # as arch_of (ops/_common.py)
@@ -467,6 +468,9 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
     as per_token_group_quant_fp8), plus y [T, H] (dtype(normalized)) if also_return_unquantized.
     ue8m0: power-of-two scales. fp8_max: as per_token_group_quant_fp8 (device default).
     """
+    check_flag("ue8m0", ue8m0)
+    check_flag("also_return_unquantized", also_return_unquantized)
+
     def check():
         return _check_rgq(x, weight, residual, residual_out, eps, group_size, scale_layout,
                           fp8_max)
@@ -565,6 +569,8 @@ def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.
     dtype (bf16/fp16), last dims contiguous, rows may be strided; Hq, Hkv <= 8192.
     Returns (q_fp8 [T, Hq], q_scales fp32 [T, Hq/G] in scale_layout, kv_normed [T, Hkv]).
     """
+    check_flag("ue8m0", ue8m0)
+
     def check():
         return _check_dual(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, fp8_max)
     if torch.compiler.is_compiling():
