@@ -1,7 +1,15 @@
 """Test inputs as docs/numerics.md asks: fresh random, per-row spread, outliers, tiny rows."""
 import torch
 
+from codegen.targets import device_arch, get_target
+
 NAN_BYTE = 0xFF
+
+
+def fp8_info() -> tuple[torch.dtype, float]:
+    """The GPU's default FP8 format: (torch dtype, the max the ops scale to)."""
+    fmt = get_target(device_arch(torch.device("cuda"))).fp8_formats[0]
+    return getattr(torch, fmt.torch_dtype), fmt.max
 
 
 def rows_with_spread(t: int, h: int, dtype, device="cuda", gen=None) -> torch.Tensor:

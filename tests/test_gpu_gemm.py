@@ -16,7 +16,7 @@ from codegen.targets import device_arch, get_target
 from . import checks
 from .checks import check_gemm as check
 from .checks import rel_err
-from .gpu_data import poison_, rows_with_spread
+from .gpu_data import fp8_info, poison_, rows_with_spread
 
 pytestmark = pytest.mark.gpu
 
@@ -36,13 +36,10 @@ def report_excess():
             json.dump({"gemm_row_excess": excess, "bound": reference.GEMM_ROW_TOL}, f)
 
 
-def fp8_dtype():
-    fmt = get_target(device_arch(torch.device("cuda"))).fp8_formats[0]
-    return getattr(torch, fmt.torch_dtype), fmt.max
 
 
 def quant_blocks(x: torch.Tensor, rows: int, cols: int = 128):
-    return checks.quant_blocks(x, rows, *fp8_dtype(), cols)
+    return checks.quant_blocks(x, rows, *fp8_info(), cols)
 
 
 def make(m, n, k, gen=None):
@@ -316,7 +313,7 @@ def test_tma_scale_layouts():
 def test_empty_and_k_multiple_of_16_required():
     a, sa, b, sb = make(4, 256, 256)
     assert ops.gemm_a8w8_blockscale(a[:0], sa[:0], b, sb).shape == (0, 256)
-    dtype, _ = fp8_dtype()
+    dtype, _ = fp8_info()
     a2 = torch.zeros(4, 3884, device="cuda", dtype=dtype)
     b2 = torch.zeros(576, 3884, device="cuda", dtype=dtype)
     with pytest.raises(ValueError, match="multiple of 16"):

@@ -6,16 +6,13 @@ from codegen import ops, reference
 from codegen.ops.quant import empty_scales
 
 from .checks import assert_quant_exact
-from .gpu_data import boundary_rows, poison_pool, rows_with_spread
+from .gpu_data import boundary_rows, fp8_info, poison_pool, rows_with_spread
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def fp8_info():
-    q, _ = ops.per_token_group_quant_fp8(torch.ones(1, 128, device="cuda"), 128)
-    return q.dtype, (224.0 if q.dtype == torch.float8_e4m3fnuz else 448.0)
 
 
 def run_and_check(x, g, layout, ue8m0, fp8_max=None):

@@ -20,7 +20,7 @@ from codegen.ops.quant import empty_scales
 
 from .checks import (MEASURED, assert_same, check_fused_quant, check_residual_out, check_ulps,
                      check_vs_reference_quant)
-from .gpu_data import poison_pool, rows_with_spread
+from .gpu_data import fp8_info, poison_pool, rows_with_spread
 
 pytestmark = pytest.mark.gpu
 
@@ -52,9 +52,6 @@ def weight(h: int, dtype) -> torch.Tensor:
     return (1 + 0.5 * torch.randn(h, device="cuda")).to(dtype)
 
 
-def fp8_info():
-    q, _ = ops.per_token_group_quant_fp8(torch.ones(1, 128, device="cuda"), 128)
-    return q.dtype, (224.0 if q.dtype == torch.float8_e4m3fnuz else 448.0)
 
 
 # ---- rmsnorm ----
