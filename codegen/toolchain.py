@@ -113,8 +113,10 @@ def hip_include_dir(tc: Toolchain) -> Path | None:
     if tc.name == "clang":
         rocm_path = next((f for f in tc.flags if f.startswith("--rocm-path=")), None)
         return Path(rocm_path.split("=", 1)[1]) / "include" if rocm_path else None
-    if tc.name == "rocm":
-        return Path(tc.compiler).parent.parent / "include" / "hip"
+    if tc.name == "rocm":   # ROCM_PATH's first: its bin/hipcc may resolve into lib/llvm/bin
+        for root in (knobs.rocm_path(), Path(tc.compiler).parent.parent):
+            if root and (root / "include" / "hip").is_dir():
+                return root / "include" / "hip"
     return None
 
 

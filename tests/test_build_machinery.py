@@ -148,3 +148,27 @@ def test_device_compiles_of_a_folder_share_a_precompiled_header():
     assert support_files(CLANG, two, env={"CCC_OVERRIDE_OPTIONS": "+-O0"})[PCH_SOURCE] != pch
     for tc, edges in ((CLANG, two[:1]), (TC, [Edge("a.so", "a.cu", "module")] * 2)):
         assert "pch" not in ninja_text(tc, edges) and PCH_SOURCE not in support_files(tc, edges)
+
+
+def test_rocm_headers_in_the_key_where_hipcc_resolves_into_llvm(tmp_path, monkeypatch):
+    """ROCm installs bin/hipcc as a link into lib/llvm/bin: the HIP headers hashed into the cache
+    key are still ROCM_PATH's include/hip."""
+    from codegen import toolchain
+    from codegen.targets import get_target
+
+    rocm = tmp_path / "rocm"
+    (rocm / "include" / "hip").mkdir(parents=True)
+    (rocm / "lib" / "llvm" / "bin").mkdir(parents=True)
+    (rocm / "bin").mkdir()
+    hipcc = rocm / "lib" / "llvm" / "bin" / "hipcc"
+    hipcc.write_text("#!/bin/sh\necho 'HIP version: 7.0'\n")
+    hipcc.chmod(0o755)
+    (rocm / "bin" / "hipcc").symlink_to("../lib/llvm/bin/hipcc")
+    monkeypatch.setenv("ROCM_PATH", str(rocm))
+    toolchain.find.cache_clear()
+    try:
+        tc = toolchain.find(get_target("gfx942"))
+        assert tc.name == "rocm" and Path(tc.compiler).parent.name == "bin"
+        assert toolchain.hip_include_dir(tc) == rocm / "include" / "hip"
+    finally:
+        toolchain.find.cache_clear()
