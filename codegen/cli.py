@@ -73,7 +73,7 @@ def cmd_build(args) -> int:
                            f"only; set ROCM_PATH to a ROCm install for loadable gfx modules")
         with tqdm(desc=f"compiling for {target.arch}", unit="file", file=sys.stderr) as bar:
             manifest = build(target, ops=ops, jobs=args.jobs, out_dir=args.out,
-                             progress=bar, emu=args.emu)
+                             progress=bar, emu=args.emu, asm=args.asm)
     except (ToolchainError, StorageError) as e:
         raise CliError(str(e)) from None
     out = (args.out or paths.aot_dir()) / target.arch
@@ -415,6 +415,8 @@ def parser() -> argparse.ArgumentParser:
                    "~/.local/share/codegen)")
     b.add_argument("--emu", action="store_true", help="gfx targets: also the code objects and "
                    "CPU launchers the AMD ISA emulator runs")
+    b.add_argument("--asm", action="store_true", help="sm_90a: also each variant's SASS "
+                   "(<uri>.sass; gfx targets write their assembly, <uri>.s, always)")
     b.add_argument("--wheel", nargs="?", const="", metavar="DIR",
                    help="also pack the arch's modules into an installable wheel (in DIR, "
                         "default beside OUT/<arch>)")

@@ -92,6 +92,21 @@ def find(target: Target) -> Toolchain:
     return Toolchain("clang", exe, _version(exe), flags, False)
 
 
+def cuobjdump(tc: Toolchain) -> str | None:
+    """The SASS disassembler for an nvcc toolchain: beside nvcc, on PATH, or triton's copy."""
+    beside = Path(tc.compiler).parent / "cuobjdump"
+    if beside.exists():
+        return str(beside)
+    if exe := _which("cuobjdump"):
+        return exe
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(bundled) if bundled.exists() else None
+
+
 EMU_SHIM = Path(__file__).resolve().parent / "emu" / "hip_shim.hip"
 
 

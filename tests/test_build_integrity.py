@@ -219,6 +219,29 @@ def test_emulator_outputs_are_recorded_in_the_manifest(fake, tmp_path):
     assert len(fake.compiles()) == n                                          # nothing to do
 
 
+def test_sass_of_each_sm90a_variant_with_asm(fake, tmp_path, monkeypatch):
+    """build.py --asm on sm_90a: each variant's SASS beside its module, keyed and listed; a
+    second run has nothing to do, and no disassembler is a named error before any compile."""
+    dis = fake.tools_dir / "cuobjdump"
+    dis.write_text('#!/bin/sh\n[ "$1" = -sass ] && echo "SASS of $(cat "$2")"\n')
+    dis.chmod(0o755)
+    monkeypatch.setattr(aot, "cuobjdump", lambda tc: str(dis))
+    out, target, v = tmp_path / "gen", get_target("sm_90a"), quant("sm_90a")
+    manifest = aot.build(target, ops=["group_quant_fp8"], out_dir=out, asm=True)
+    row = next(r for r in manifest["variants"] if r["uri"] == v.uri)
+    assert row["status"] == "ok" and row["sass"] == f"{v.uri}.sass"
+    sass = out / "sm_90a" / row["sass"]
+    assert sass.read_text().startswith("SASS of fake assembly")
+    assert not list((out / "sm_90a").glob("*.cubin")) and (out / "sm_90a" / f"{row['sass']}.key").exists()
+    n = len(fake.compiles())
+    aot.build(target, ops=["group_quant_fp8"], out_dir=out, asm=True)
+    assert len(fake.compiles()) == n
+    monkeypatch.setattr(aot, "cuobjdump", lambda tc: None)
+    with pytest.raises(aot.ToolchainError, match="--asm: cuobjdump not found"):
+        aot.build(target, ops=["group_quant_fp8"], out_dir=tmp_path / "other", asm=True)
+    assert len(fake.compiles()) == n
+
+
 def test_build_of_some_families_keeps_the_others(fake, tmp_path):
     out, target = tmp_path / "gen", get_target("gfx950")
     first = aot.build(target, ops=["group_quant_fp8", "rmsnorm"], out_dir=out)

@@ -16,22 +16,11 @@ from codegen.families import gemm as fam
 from codegen.render import render
 from codegen.spec import make_variant
 from codegen.targets import get_target
-from codegen.toolchain import COMMON
+from codegen.toolchain import COMMON, Toolchain, cuobjdump
 
 
-def _cuobjdump() -> str | None:
-    exe = shutil.which("cuobjdump")
-    if exe:
-        return exe
-    try:
-        import triton
-    except ImportError:
-        return None
-    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return str(path) if path.exists() else None
-
-
-NVCC, CUOBJDUMP = shutil.which("nvcc"), _cuobjdump()
+NVCC = shutil.which("nvcc")
+CUOBJDUMP = cuobjdump(Toolchain("nvcc", NVCC, "", (), True)) if NVCC else None
 pytestmark = pytest.mark.skipif(not (NVCC and CUOBJDUMP), reason="needs nvcc and cuobjdump")
 
 def _configs() -> list[dict]:

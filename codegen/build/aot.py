@@ -12,7 +12,7 @@ from ..render import included_headers, render, source_suffix
 from .. import knobs, paths
 from ..spec import Variant, enumerate_variants, families, validate
 from ..targets import Target
-from ..toolchain import Toolchain, find, hip_include_dir
+from ..toolchain import Toolchain, ToolchainError, cuobjdump, find, hip_include_dir
 from . import store
 from .jit import aot_current, cache_key, compiler_env, key_record, run_ninja, source_key
 from .ninja import Edge, ninja_text, outputs_for, support_files, write_if_different
@@ -40,10 +40,12 @@ def plan(target: Target, ops: list[str] | None) -> list[Entry]:
 
 
 def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
-          out_dir: Path | None = None, progress=None, emu: bool = False) -> dict:
+          out_dir: Path | None = None, progress=None, emu: bool = False,
+          asm: bool = False) -> dict:
     """Render, compile and describe every variant; returns the manifest (also written), with
     the families not built this time kept as they were. emu: also the code object and CPU
-    launcher the AMD emulator runs (codegen.emu). Builds of one folder are serialized by a
+    launcher the AMD emulator runs (codegen.emu). asm: also each variant's SASS on sm_90a
+    (gfx builds write their assembly anyway). Builds of one folder are serialized by a
     lock in it; a run with nothing to do writes nothing (a read-only folder is fine then)."""
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise ValueError(f"jobs: expected a positive integer, got {jobs!r}")
@@ -51,6 +53,10 @@ def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
     origin = "--out" if out_dir else paths.aot_dir_origin()
     out = store.ensure_dir((out_dir or paths.aot_dir()) / target.arch, origin)
     tc = find(target)
+    disassembler = cuobjdump(tc) if asm and tc.name == "nvcc" else ""
+    if asm and tc.name == "nvcc" and not disassembler:
+        raise ToolchainError(f"--asm: cuobjdump not found (beside {tc.compiler}, on PATH, or "
+                             f"in the triton package)")
     entries = plan(target, ops)
     files: dict[str, str] = {}          # generated text files: name -> content
     edges = []
@@ -63,14 +69,14 @@ def build(target: Target, ops: list[str] | None = None, jobs: int | None = None,
         e.key = cache_key(e.variant, text, tc)
         e.source_key = source_key(e.variant, text)
         headers = tuple(str(p) for p in included_headers(text))
-        e.outputs = [(o, rule, e.key) for o, rule in outputs_for(tc, e.variant.uri)]
+        e.outputs = [(o, rule, e.key) for o, rule in outputs_for(tc, e.variant.uri, asm=asm)]
         if emu:
             emu_key = cache_key(e.variant, text, tc, emu=True)
             e.outputs += [(o, rule, emu_key) for o, rule in outputs_for(tc, e.variant.uri, True)]
         edges += [Edge(output, src, rule, headers) for output, rule, _ in e.outputs]
     hip = hip_include_dir(tc)
     files.update(support_files(tc, edges, store.tree_hash(hip) if hip else "", compiler_env()))
-    files["build.ninja"] = ninja_text(tc, edges)
+    files["build.ninja"] = ninja_text(tc, edges, disassembler)
 
     def work() -> tuple[list[str], list[str]]:
         # an nvcc module whose log (its registers and spills) is gone is built again too
@@ -158,7 +164,8 @@ def _publish(out: Path, target: Target, ops, manifest: dict, table: dict, origin
     return manifest
 
 
-_MANIFEST_FIELD = {"asm": "asm", "module": "module", "co": "code_object", "host": "emu_launcher"}
+_MANIFEST_FIELD = {"asm": "asm", "module": "module", "co": "code_object", "host": "emu_launcher",
+                   "sass": "sass"}
 
 
 def _manifest(target: Target, tc: Toolchain, entries: list[Entry], out: Path, log: str) -> dict:
@@ -170,7 +177,7 @@ def _manifest(target: Target, tc: Toolchain, entries: list[Entry], out: Path, lo
                "fp8_format": v.fp8.name if v.fp8 else None,
                "fp8_max": v.fp8.max if v.fp8 else None,
                "status": e.status, "reason": e.reason, "source": None, "asm": None,
-               "module": None, "code_object": None, "emu_launcher": None}
+               "sass": None, "module": None, "code_object": None, "emu_launcher": None}
         row.update(dict.fromkeys(("vgpr_count", "sgpr_count", "spill_count", "scratch_bytes",
                                   "lds_bytes", "wavefront_size", "occupancy")))
         row["params"] = dict(v.params)

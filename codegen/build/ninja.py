@@ -25,15 +25,17 @@ ABI_BC = "oclc_abi.bc"      # built in each build dir from OCLC_ABI_SOURCE (oclc
 SHIM_OBJECT = "hip_shim.o"
 
 
-def outputs_for(tc: Toolchain, stem: str, emu: bool = False) -> list[tuple[str, str]]:
+def outputs_for(tc: Toolchain, stem: str, emu: bool = False,
+                asm: bool = False) -> list[tuple[str, str]]:
     """(output file, rule) pairs a toolchain produces for one source; emu: instead, the code
-    object and the CPU launcher the emulator runs (offline gfx toolchain only)."""
+    object and the CPU launcher the emulator runs (offline gfx toolchain only); asm: the
+    device assembly too (gfx toolchains write it anyway; nvcc's is SASS)."""
     if emu:
         if tc.name != "clang":
             raise ValueError(f"emulator outputs need the offline gfx toolchain, not {tc.name}")
         return [(f"{stem}.co", "co"), (f"{stem}.host.so", "host")]
     if tc.name == "nvcc":
-        return [(f"{stem}.so", "module")]
+        return [(f"{stem}.so", "module")] + ([(f"{stem}.sass", "sass")] if asm else [])
     if tc.name == "rocm":
         return [(f"{stem}.so", "module"), (f"{stem}.s", "asm")]
     return [(f"{stem}.s", "asm")]
@@ -85,7 +87,8 @@ _FAILED = " || (rm -f $out; cat $out.log; exit 1)"
 _RUN = "$compiler {flags} -o $out $in > $out.log 2>&1" + _FAILED
 
 
-def ninja_text(tc: Toolchain, edges: list[Edge]) -> str:
+def ninja_text(tc: Toolchain, edges: list[Edge], disassembler: str = "") -> str:
+    """disassembler: cuobjdump, for the SASS edges of an nvcc build."""
     pch = uses_pch(tc, edges)
     use_pch = " -Xclang -include-pch -Xclang " + PCH if pch else ""
     lines = [
@@ -112,6 +115,8 @@ def ninja_text(tc: Toolchain, edges: list[Edge]) -> str:
                   ""]
     if any(e.kind in EMU_OUTPUTS for e in edges):
         lines += _emu_rules(tc, use_pch)
+    if any(e.kind == "sass" for e in edges):
+        lines += _sass_rule(tc, disassembler)
     for e in edges:
         extra = {"co": (ABI_BC,), "host": (SHIM_OBJECT,)}.get(e.kind, ())
         if pch and e.kind in _DEVICE_RULES:
@@ -120,6 +125,21 @@ def ninja_text(tc: Toolchain, edges: list[Edge]) -> str:
         implicit = " | " + " ".join(_escape(h) for h in e.headers) if e.headers else ""
         lines.append(f"build {_escape(e.output)}: {e.kind} {_escape(e.source)}{implicit}")
     return "\n".join(lines) + "\n"
+
+
+def _sass_rule(tc: Toolchain, disassembler: str) -> list[str]:
+    """A cubin at the module's flags, disassembled into $out."""
+    flags = [f for f in tc.flags if f not in ("-Xcompiler=-fPIC", "-shared")] + ["-cubin"]
+    return [
+        "sass_flags = " + _value(flags),
+        "disassembler = " + _value([disassembler]),
+        "",
+        "rule sass",
+        "  command = $compiler $sass_flags -o $out.cubin $in > $out.log 2>&1 && $disassembler"
+        " -sass $out.cubin > $out.tmp && mv $out.tmp $out && rm -f $out.cubin" + _FAILED,
+        "  description = sass $out",
+        "",
+    ]
 
 
 def _emu_rules(tc: Toolchain, use_pch: str) -> list[str]:
