@@ -1,8 +1,8 @@
 """python -m codegen: build, list, explain, doctor, cache.
 
     python -m codegen build --arch gfx942 [--ops group_quant_fp8,...] [--out DIR] [--jobs N]
-                            [--emu] [--wheel [DIR]]
-    python -m codegen list --arch gfx942 [--out DIR]
+                            [--asm] [--emu] [--wheel [DIR]]
+    python -m codegen list --arch gfx942 [--out DIR] [--ops ...]
     python -m codegen explain --arch sm_90a gemm_a8w8_blockscale --m 16 --n 2112 --k 7168
     python -m codegen doctor
     python -m codegen cache [clear [--arch A]]
