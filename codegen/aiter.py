@@ -2,7 +2,7 @@
 points that vLLM's ROCm path calls, so an engine written against AITER swaps implementations
 without touching its call sites:
 
-    from codegen.aiter import (rms_norm, rmsnorm2d_fwd, rmsnorm2d_fwd_with_add,
+    from codegen.aiter import (rms_norm, rmsnorm2d_fwd, rms_norm_cu, rmsnorm2d_fwd_with_add,
                                fused_add_rms_norm_cu, per_group_quant_hip, get_hip_quant,
                                gemm_a8w8_blockscale, fused_rms_fp8_group_quant)
 
@@ -30,7 +30,8 @@ from .ops._common import CACHES, check_tensor
 from .ops.quant import resolve_fp8
 from .vllm import _rows, _same_shape, fused_add_in_place, named, renamed
 
-__all__ = ["rms_norm", "rmsnorm2d_fwd", "rmsnorm2d_fwd_with_add", "fused_add_rms_norm_cu",
+__all__ = ["rms_norm", "rmsnorm2d_fwd", "rms_norm_cu", "rmsnorm2d_fwd_with_add",
+           "fused_add_rms_norm_cu",
            "per_group_quant_hip", "get_hip_quant", "QuantType", "gemm_a8w8_blockscale",
            "fused_rms_fp8_group_quant"]
 
@@ -88,6 +89,14 @@ def rms_norm(input: torch.Tensor, weight: torch.Tensor, epsilon: float,
 
 
 rmsnorm2d_fwd = rms_norm     # the same entry point under its older name
+
+
+@named(x="input", eps="epsilon")
+def rms_norm_cu(out: torch.Tensor, input: torch.Tensor, weight: torch.Tensor,
+                epsilon: float) -> None:
+    """aiter.rms_norm_cu: out = rmsnorm(input) * weight, into the caller's out."""
+    _same_shape("out", out, input, "input")
+    ops.rmsnorm(_rows(input), weight, epsilon, out=_rows(out, "out"))
 
 
 @named(x="input", residual="residual_in", eps="epsilon")

@@ -130,7 +130,7 @@ def check_aiter_entry_points(device: str) -> None:
     norm + quant. device: "cuda", or "cpu" with an emulated device attached."""
     from codegen import aiter, ops, reference
 
-    from .gpu_data import rows_with_spread
+    from .gpu_data import poison_, rows_with_spread
 
     t, h, h2, eps = 37, 512, 256, 1e-6
     x = rows_with_spread(t, h, torch.bfloat16, device=device)
@@ -152,6 +152,9 @@ def check_aiter_entry_points(device: str) -> None:
     x0, res = x.clone(), rows_with_spread(t, h, torch.bfloat16, device=device)
     res0 = res.clone()
     assert_same(aiter.rms_norm(x, w, eps), ops.rmsnorm(x, w, eps), "rms_norm")
+    out = poison_(torch.empty(1, t, h, dtype=x.dtype, device=device))
+    assert aiter.rms_norm_cu(out, x.view(1, t, h), w, eps) is None
+    assert_same(out.view(t, h), ops.rmsnorm(x, w, eps), "rms_norm_cu into out")
     out, res_out = torch.empty_like(x), torch.empty_like(x)
     assert aiter.rmsnorm2d_fwd_with_add(out, x, res, res_out, w, eps, 0) is None
     r2 = res0.clone()

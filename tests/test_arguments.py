@@ -162,6 +162,8 @@ def test_entry_points_name_their_own_arguments(device):
         (lambda: vllm.rms_norm_per_block_quant(x, w, 1e-6, torch.float8_e4m3fn, [1, 128],
                                                residual=r.view(3, 2, 256)), "residual: shape"),
         (lambda: vllm.rms_norm(torch.empty(6, 256, dtype=BF), x, w, True), "epsilon: "),
+        (lambda: aiter.rms_norm_cu(torch.empty(6, 128, dtype=BF), x, w, 1e-6), "out: shape"),
+        (lambda: aiter.rms_norm_cu(torch.empty(6, 256, dtype=BF), x, None, 1e-6), "weight: "),
         (lambda: aiter.fused_rms_fp8_group_quant(x, w, 1e-6, rows(6, 200), rows(1, 100)[0],
                                                  1e-6), "inp2_weight: shape"),
         (lambda: aiter.fused_rms_fp8_group_quant(x, w, 1e-6, res1=rows(5, 256)), "res1: "),
