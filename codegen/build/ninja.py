@@ -136,7 +136,8 @@ def _sass_rule(tc: Toolchain, disassembler: str) -> list[str]:
         "",
         "rule sass",
         "  command = $compiler $sass_flags -o $out.cubin $in > $out.log 2>&1 && $disassembler"
-        " -sass $out.cubin > $out.tmp && mv $out.tmp $out && rm -f $out.cubin" + _FAILED,
+        " -sass $out.cubin > $out.tmp && mv $out.tmp $out && rm -f $out.cubin"
+        " || (rm -f $out $out.tmp $out.cubin; cat $out.log; exit 1)",
         "  description = sass $out",
         "",
     ]
