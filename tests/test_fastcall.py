@@ -85,6 +85,14 @@ class Recording:
     def last(self, n):
         return list((ctypes.c_int64 * 16).in_dll(self.lib, "last")[:n])
 
+    def eps(self, mark: float | None = None) -> float:
+        """The last launch's eps (the norms'); mark: then set it to a value no launch passes."""
+        cell = ctypes.c_float.in_dll(self.lib, "last_eps")
+        value = cell.value
+        if mark is not None:
+            cell.value = mark
+        return value
+
 
 @pytest.fixture
 def device(lib, fast):
@@ -130,11 +138,13 @@ def python_path(run):
 
 def _compare(dev, n, run_python, run_fast, out_slots):
     """Both paths' outputs have one shape, strides and dtype, and their launches the same
-    arguments but the output pointers (each path's own outputs')."""
+    arguments (eps too) but the output pointers (each path's own outputs')."""
+    dev.eps(-1.0)
     py = python_path(run_python)
-    py_args = dev.last(n)
+    py_args, py_eps = dev.last(n), dev.eps(-1.0)
     fa = run_fast()
     fa_args = dev.last(n)
+    assert dev.eps() == py_eps
     py, fa = (py if isinstance(py, tuple) else (py,)), (fa if isinstance(fa, tuple) else (fa,))
     for a, b in zip(py, fa):
         _same_output(a, b)
