@@ -261,9 +261,8 @@ def cpu_impls(device):
 
 
 def test_compiled_with_dynamic_shapes_one_graph_each(cpu_impls):
-    """torch.compile(fullgraph=True, dynamic=True): every op traces with a symbolic T and an
-    eps that is an argument, once (no cache written while tracing forces a second graph). T = 0
-    and 1, and each new eps (a float of a custom op's schema), take graphs of their own."""
+    """torch.compile(fullgraph=True, dynamic=True): every op traces once with a symbolic T
+    (T = 5, 9, 17 share one graph: no cache written while tracing forces a second)."""
     import torch._dynamo
     from torch._dynamo.utils import counters
 

@@ -182,9 +182,11 @@ def run_fused_quant(x, w, g, layout, ue8m0, with_residual):
     assert s.stride() == empty_scales(t, h // g, layout, x).stride()
     check_fused_quant("rmsnorm_group_quant_y", (q, s, y), x, w, EPS, g, layout, ue8m0, residual,
                       r0, fp8_dtype, fmax)
-    # without the unquantized output: the same bytes
-    q2, s2 = ops.rmsnorm_group_quant(x, w, EPS, g, residual=r0.clone() if with_residual else None,
-                                     scale_layout=layout, ue8m0=ue8m0)
+    # without the unquantized output: the same bytes, written over poison (the blocks the
+    # checks above freed hold them already)
+    r2 = r0.clone() if with_residual else None
+    poison_pool(t * h, empty_scales(t, h // g, layout, x).untyped_storage().nbytes())
+    q2, s2 = ops.rmsnorm_group_quant(x, w, EPS, g, residual=r2, scale_layout=layout, ue8m0=ue8m0)
     assert_same(q2, q, "q without y")
     assert_same(s2, s, "scales without y")
     return q, s

@@ -257,9 +257,13 @@ def test_rmsnorm_eps_none_is_fp32s_epsilon_as_torchs(monkeypatch):
                         lambda x, w, eps: seen.append(eps) or reference.rmsnorm(x, w, eps))
     for affine in (True, False):
         src = nn.RMSNorm(64, eps=None, elementwise_affine=affine, dtype=torch.bfloat16)
+        if affine:
+            with torch.no_grad():
+                src.weight.uniform_(0.5, 1.5)
         layer = cnn.RMSNorm.from_module(src)
         for dtype in (torch.float16, torch.float32, torch.bfloat16):
-            x = torch.full((2, 64), 0.01, dtype=dtype)
+            # mean(x^2) = 9e-8 against eps = 1.2e-7: twice the eps moves y by a fifth
+            x = torch.full((2, 64), 3e-4, dtype=dtype)
             assert torch.allclose(layer(x).float(), src.to(dtype)(x).float(), rtol=1e-2)
     assert set(seen) == {torch.finfo(torch.float32).eps}
     assert cnn.RMSNorm(64, eps=None).eps == torch.finfo(torch.float32).eps
