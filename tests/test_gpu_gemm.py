@@ -36,8 +36,6 @@ def report_excess():
             json.dump({"gemm_row_excess": excess, "bound": reference.GEMM_ROW_TOL}, f)
 
 
-
-
 def quant_blocks(x: torch.Tensor, rows: int, cols: int = 128):
     return checks.quant_blocks(x, rows, *fp8_info(), cols)
 
