@@ -293,7 +293,7 @@ def cmd_explain(args) -> int:
 
 def cmd_doctor(args) -> int:
     from . import __version__
-    from .toolchain import ToolchainError, find, hip_headers_from_triton
+    from .toolchain import ToolchainError, cuobjdump, find, hip_headers_from_triton
 
     faults = 0
     print(f"codegen {__version__} from {paths.PACKAGE}"
@@ -313,6 +313,8 @@ def cmd_doctor(args) -> int:
             lines = tc.version.splitlines() or ["?"]
             version = next((v for v in lines if "release" in v), lines[0]).strip()
             kind = "modules" if tc.loadable else "assembly only (set ROCM_PATH for modules)"
+            if tc.name == "nvcc":
+                kind += f"; --asm SASS by {cuobjdump(tc) or 'nothing: no cuobjdump found'}"
             print(f"  {arch:<8} {tc.name:<6} {tc.compiler}  {version}  -> {kind}")
         except ToolchainError as e:
             print(f"  {arch:<8} missing: {e}")
