@@ -114,12 +114,13 @@ def check_flag(name: str, value) -> None:
         raise TypeError(f"{name}: expected a bool, got {value!r}")
 
 
-def check_group(h: int, group_size: int, scale_layout: str) -> None:
+def check_group(h: int, group_size: int, scale_layout: str, name: str = "x") -> None:
+    """group_size and scale_layout, for rows of h values of the argument `name`."""
     check_group_type(group_size)
     if group_size not in GROUP_SIZES:
         raise ValueError(f"group_size: {group_size} not supported; expected one of {GROUP_SIZES}")
     if h % group_size:
-        raise ValueError(f"x: hidden size {h} is not a multiple of group_size={group_size}")
+        raise ValueError(f"{name}: hidden size {h} is not a multiple of group_size={group_size}")
     if scale_layout not in SCALE_LAYOUTS:
         raise ValueError(f"scale_layout: {scale_layout!r}; expected one of {SCALE_LAYOUTS}")
 
@@ -177,7 +178,8 @@ def per_token_group_quant_fp8(x: torch.Tensor, group_size: int = 128, *,
     ue8m0: round each scale up to a power of two. fp8_dtype / fp8_max: default to the device's
     format (e4m3fnuz / 224 on gfx942, where 240 is also offered; e4m3fn / 448 elsewhere).
     """
-    check_flag("ue8m0", ue8m0)
+    if type(ue8m0) is not bool:
+        check_flag("ue8m0", ue8m0)
     if _is_compiling():      # checked in full; no cache written while tracing (a recompile)
         dtype, fmax = _check(x, group_size, scale_layout, fp8_dtype, fp8_max)
         if out is not None:

@@ -19,8 +19,7 @@ from ._common import aligned_copy as _aligned_copy
 from ._common import rows_aligned as _rows_aligned
 from ._common import (CACHES, DTYPE_NAMES, LIB, arch, check_out, check_rc, check_tensor,
                       check_written, is_compiling as _is_compiling, launch, launcher)
-from .quant import (GROUP_SIZES, SCALE_LAYOUTS, check_flag, check_group_type, empty_scales,
-                    resolve_fp8)
+from .quant import check_flag, check_group, check_group_type, empty_scales, resolve_fp8
 
 
 @torch.compiler.assume_constant_result    # as arch_of (ops/_common.py)
@@ -108,17 +107,6 @@ def _check_eps(eps) -> float:
     if not 0 <= value <= FLT_MAX:     # NaN fails too; no math.isfinite: it cannot be traced
         raise ValueError(f"eps: must be >= 0 and finite in fp32 (the kernels' eps), got {eps}")
     return value
-
-
-def _check_quant(name: str, h: int, group_size, scale_layout) -> None:
-    check_group_type(group_size)
-    if group_size not in GROUP_SIZES:
-        raise ValueError(f"group_size: {group_size} not supported; expected one of "
-                         f"{GROUP_SIZES}")
-    if h % group_size:
-        raise ValueError(f"{name}: hidden size {h} is not a multiple of group_size={group_size}")
-    if scale_layout not in SCALE_LAYOUTS:
-        raise ValueError(f"scale_layout: {scale_layout!r}; expected one of {SCALE_LAYOUTS}")
 
 
 def _check_aligned_residual(residual: torch.Tensor, name: str = "residual") -> None:
@@ -211,7 +199,7 @@ def _check_rgq(x, weight, residual, residual_out, eps, group_size, scale_layout,
         _check_residuals(residual, residual_out, x)
     elif residual_out is not None:
         raise ValueError("residual_out: given without residual")
-    _check_quant("x", x.shape[1], group_size, scale_layout)
+    check_group(x.shape[1], group_size, scale_layout, "x")
     return (_check_eps(eps), *resolve_fp8(x, fp8_dtype, fp8_max))
 
 
@@ -225,7 +213,7 @@ def _check_dual(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, fp8_m
                         f"{q.device})")
     _check_dual_rows(q, kv)
     _check_weight("kv_weight", kv_weight, kv, "kv")
-    _check_quant("q", q.shape[1], group_size, scale_layout)
+    check_group(q.shape[1], group_size, scale_layout, "q")
     if kv.shape[1] % 8:
         raise ValueError(f"kv: hidden size {kv.shape[1]} is not a multiple of 8")
     eps, dtype, fmax = (_check_eps(eps), *resolve_fp8(q, fp8_dtype, fp8_max, "q"))
@@ -468,8 +456,9 @@ def rmsnorm_group_quant(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
     as per_token_group_quant_fp8), plus y [T, H] (dtype(normalized)) if also_return_unquantized.
     ue8m0: power-of-two scales. fp8_max: as per_token_group_quant_fp8 (device default).
     """
-    check_flag("ue8m0", ue8m0)
-    check_flag("also_return_unquantized", also_return_unquantized)
+    if type(ue8m0) is not bool or type(also_return_unquantized) is not bool:
+        check_flag("ue8m0", ue8m0)
+        check_flag("also_return_unquantized", also_return_unquantized)
 
     def check():
         return _check_rgq(x, weight, residual, residual_out, eps, group_size, scale_layout,
@@ -569,7 +558,8 @@ def dual_rmsnorm_group_quant(q: torch.Tensor, q_weight: torch.Tensor, kv: torch.
     dtype (bf16/fp16), last dims contiguous, rows may be strided; Hq, Hkv <= 8192.
     Returns (q_fp8 [T, Hq], q_scales fp32 [T, Hq/G] in scale_layout, kv_normed [T, Hkv]).
     """
-    check_flag("ue8m0", ue8m0)
+    if type(ue8m0) is not bool:
+        check_flag("ue8m0", ue8m0)
 
     def check():
         return _check_dual(q, q_weight, kv, kv_weight, eps, group_size, scale_layout, fp8_max)
