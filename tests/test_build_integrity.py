@@ -569,3 +569,100 @@ def test_a_build_waiting_on_its_lock_while_cache_clear_removes_its_folder_still_
         shutil.rmtree(base)                                      # cache clear removes it
     t.join(60)
     assert done and any(done[0].iterdir())
+
+
+# ---- 7. ahead-of-time modules: what makes one current ----
+
+def _aot_folder(tmp_path, monkeypatch, arch="sm_90a", ops=("group_quant_fp8",)) -> Path:
+    out = tmp_path / "gen"
+    aot.build(get_target(arch), ops=list(ops), out_dir=out)
+    monkeypatch.setenv("CODEGEN_AOT_DIR", str(out))
+    return out / arch
+
+
+def test_an_ahead_of_time_module_that_fails_to_load_stays_and_the_cache_serves(
+        fake, tmp_path, monkeypatch):
+    """Eviction is the JIT cache's: a module of generated/ (or of a prebuilt package) that does
+    not load is left where it is, with its folder, and the JIT build is loaded instead."""
+    import ctypes
+    from codegen import dispatch
+
+    d = _aot_folder(tmp_path, monkeypatch)
+    v = make_variant("group_quant_fp8", "sm_90a", **V)
+    so = jit.aot_module(v)
+    assert so == d / f"{v.uri}.so"
+    jit.evict_module(v, so)
+    assert so.exists() and (d / "manifest.json").exists()
+    real = ctypes.PyDLL
+
+    def pydll(path, *a, **k):
+        if Path(path) == so:
+            raise OSError("invalid ELF header")
+        return real(path, *a, **k)
+    monkeypatch.setattr(dispatch.ctypes, "PyDLL", pydll)
+    lib = dispatch._load(v)
+    assert so.exists() and fake.cache_dir in Path(lib._name).parents
+
+
+def test_a_cached_module_that_fails_to_load_is_built_again_once(fake, monkeypatch):
+    import ctypes
+    from codegen import dispatch
+
+    v = make_variant("group_quant_fp8", "sm_90a", **V)
+    jit.compile_variant(v, loadable=True)
+    builds, real, calls = jit.BUILDS, ctypes.PyDLL, []
+
+    def pydll(path, *a, **k):
+        calls.append(path)
+        if len(calls) == 1:
+            raise OSError("file too short")
+        return real(path, *a, **k)
+    monkeypatch.setattr(dispatch.ctypes, "PyDLL", pydll)
+    assert dispatch._load(v) is not None
+    assert jit.BUILDS == builds + 1 and len(calls) == 2
+
+
+def test_an_ahead_of_time_module_of_another_version_is_built_again(fake, tmp_path,
+                                                                   monkeypatch):
+    """The package version is in the key but not in build.ninja: ninja alone would keep the
+    old module; the build must see that its key no longer matches."""
+    d = _aot_folder(tmp_path, monkeypatch)
+    v = make_variant("group_quant_fp8", "sm_90a", **V)
+    n = fake.compiles().count(f"{v.uri}.so")
+    monkeypatch.setattr(jit, "__version__", "0.0.0+another")
+    assert jit.aot_module(v) is None                     # not loaded as this version's
+    aot.build(get_target("sm_90a"), ops=["group_quant_fp8"], out_dir=d.parent)
+    assert fake.compiles().count(f"{v.uri}.so") == n + 1
+    assert jit.aot_module(v) == d / f"{v.uri}.so"
+
+
+def test_an_ahead_of_time_module_changed_in_place_is_not_loaded(fake, tmp_path, monkeypatch):
+    d = _aot_folder(tmp_path, monkeypatch)
+    v = make_variant("group_quant_fp8", "sm_90a", **V)
+    so = d / f"{v.uri}.so"
+    data = bytearray(so.read_bytes())
+    data[-1] ^= 0xFF                                     # the same size, other bytes
+    so.write_bytes(bytes(data))
+    assert jit.aot_module(v) is None
+
+
+def test_a_lost_manifest_alone_is_written_again(fake, tmp_path, monkeypatch):
+    d = _aot_folder(tmp_path, monkeypatch)
+    (d / "manifest.json").unlink()
+    n = len(fake.compiles())
+    aot.build(get_target("sm_90a"), ops=["group_quant_fp8"], out_dir=d.parent)
+    assert json.loads((d / "manifest.json").read_text())["arch"] == "sm_90a"
+    assert len(fake.compiles()) == n                     # nothing compiled for it
+
+
+def test_the_dispatch_table_lists_only_what_built(fake, tmp_path, monkeypatch):
+    out, target = tmp_path / "gen", get_target("sm_90a")
+    aot.build(target, ops=["group_quant_fp8"], out_dir=out)
+    monkeypatch.setenv("FAKE_CC_FAIL", "enospc")
+    rows = aot.build(target, ops=["rmsnorm"], out_dir=out)["variants"]
+    assert {r["status"] for r in rows if r["op"] == "rmsnorm"} == {"failed"}
+    table = json.loads((out / "sm_90a" / "dispatch.json").read_text())
+    status = {r["uri"]: r["status"] for r in rows}
+    listed = [e["uri"] for entries in table.values() for e in entries]
+    assert listed and "rmsnorm" not in table
+    assert all(status[u] == "ok" for u in listed)

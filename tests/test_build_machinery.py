@@ -55,8 +55,17 @@ def test_cache_key_changes_exactly_when_an_input_changes(monkeypatch):
         assert cache_key(v, src, TC) != base
         monkeypatch.setenv(name, "")
         assert cache_key(v, src, TC) == base
-    # a header's content: patch what the key reads for one included header
     import codegen.build.jit as jit
+
+    # the package's version and the launchers' convention: in the source key too
+    skey = jit.source_key(v, src)
+    for name in ("__version__", "ABI"):
+        value = getattr(jit, name)
+        monkeypatch.setattr(jit, name, value + "-other")
+        assert jit.source_key(v, src) != skey and cache_key(v, src, TC) != base
+        monkeypatch.setattr(jit, name, value)
+    assert jit.source_key(v, src) == skey
+    # a header's content: patch what the key reads for one included header
 
     real = Path.read_text
     target = next(iter(included_headers(src)))

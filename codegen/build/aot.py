@@ -185,8 +185,8 @@ def _manifest(target: Target, tc: Toolchain, entries: list[Entry], out: Path, lo
             row["source"] = f"{v.uri}{source_suffix(v)}"
             missing = [o for o, _, _ in e.outputs if not (out / o).exists()]
             if missing:
-                row["status"] = "failed"
-                row["reason"] = _failure(out, missing[0], log)
+                e.status, e.reason = "failed", _failure(out, missing[0], log)
+                row.update(status=e.status, reason=e.reason)
             else:
                 for o, rule, key in e.outputs:
                     record = key_record(key, out / o, e.source_key)
@@ -195,8 +195,9 @@ def _manifest(target: Target, tc: Toolchain, entries: list[Entry], out: Path, lo
                     if rule == "module":
                         write_if_different(out / f"{v.uri}.key", record)
                 if row["asm"] and "amdhsa.kernels" not in (out / row["asm"]).read_text():
-                    row["status"] = "failed"
-                    row["reason"] = f"{row['asm']} holds no kernel metadata (damaged?)"
+                    e.status = "failed"
+                    e.reason = f"{row['asm']} holds no kernel metadata (damaged?)"
+                    row.update(status=e.status, reason=e.reason)
                     variants.append(row)
                     continue
                 res = (from_amdgpu_asm(out / row["asm"]) if row["asm"]
@@ -220,7 +221,8 @@ def _failure(out: Path, output: str, log: str) -> str:
 
 
 def _dispatch(entries: list[Entry]) -> dict:
-    """op -> list of (axis values -> uri) for every built variant."""
+    """op -> list of (axis values -> uri) for every built variant (after _manifest, which marks
+    the failed ones)."""
     table: dict[str, list] = {}
     for e in entries:
         if e.status == "ok":
