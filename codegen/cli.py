@@ -61,6 +61,7 @@ def _ops(text: str | None) -> list[str] | None:
 
 def cmd_build(args) -> int:
     target, ops = _target(args.arch), _ops(args.ops)   # bad arguments before any output
+    knobs.build_jobs()                                  # and a bad CODEGEN_JOBS
     from tqdm import tqdm
 
     from .build.aot import build
@@ -345,6 +346,8 @@ def _folder_state(folder: Path) -> str:
     probe = folder
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
+    if not probe.is_dir():
+        return f"NOT usable: {probe} is not a folder"
     if not os.access(probe, os.W_OK):
         return f"NOT writable ({probe})"
     return "exists, writable" if folder.exists() else "will be created"

@@ -109,6 +109,16 @@ def test_cli_exit_codes_name_the_cause(tmp_path):
         r = run(["-m", "codegen", "build", "--arch", "gfx942", "--ops", "rmsnorm", "--out",
                  str(tmp_path / "aot"), "--wheel"], cwd=ROOT)
         assert r.returncode == 2 and "--wheel" in r.stderr and "compiling" not in r.stderr
+    bad_jobs = {**os.environ, "CODEGEN_JOBS": "0"}
+    r = run(["-m", "codegen", "build", "--arch", "gfx942", "--ops", "rmsnorm", "--out",
+             str(tmp_path / "aot")], cwd=ROOT, env=bad_jobs)
+    assert r.returncode == 2 and "CODEGEN_JOBS" in r.stderr and "compiling" not in r.stderr
+    r = run(["-m", "codegen", "doctor"], cwd=ROOT, env=bad_jobs)
+    assert r.returncode == 1 and "environment: CODEGEN_JOBS='0'" in r.stdout
+    (tmp_path / "a_file").write_text("x")
+    r = run(["-m", "codegen", "doctor"], cwd=ROOT,
+            env={**os.environ, "CODEGEN_CACHE_DIR": str(tmp_path / "a_file" / "cache")})
+    assert r.returncode == 1 and "a_file is not a folder" in r.stdout
     r = run(["-m", "codegen.bench", "--sections", "gem"], cwd=ROOT)
     assert r.returncode == 2 and "--sections: unknown gem" in r.stderr
     r = run(["-m", "codegen.tune", "--shapes", "576x"], cwd=ROOT)

@@ -88,6 +88,10 @@ def test_occupancy_figures():
     # RDNA4 WGP (HIP's multiprocessor, 128 KB) holds 4, 8 waves per SIMD.
     assert get_target("gfx942").occupancy(64, 32768, 512) == 4
     assert get_target("gfx1201").occupancy(64, 32768, 256) == 8
+    # the caps: 8 waves per CDNA3 SIMD however few the registers; Hopper's 227 KB of shared
+    # memory holds one 200 KB block
+    assert get_target("gfx942").occupancy(8, 0, 256) == 8
+    assert get_target("sm_90a").occupancy(32, 200 * 1024, 128) == 4
 
 
 def test_lds_rates_per_simd():
@@ -218,3 +222,54 @@ def test_rmsnorm_row_pipeline_where_copies_are_asynchronous(arch):
                  if "return launch<" in line]
         staged = [int(a.split(", ")[0]) for a in calls if a.split(", ")[4] == "true"]
         assert staged == ([] if arch.startswith("gfx") else [32])
+
+
+def test_the_dispatcher_serves_the_fp8_format_asked_for_and_refuses_what_cannot_exist():
+    from codegen.dispatch import Unsupported, variant_for
+    from codegen.families import get as get_family
+
+    kw = dict(dtype="bf16", group_size=128, scale_layout="row", ue8m0=False)
+    assert variant_for("group_quant_fp8", "gfx942", **kw)["fp8"] == "e4m3fnuz224"
+    assert variant_for("group_quant_fp8", "gfx942", fp8_max=240.0, **kw)["fp8"] == "e4m3fnuz240"
+    assert variant_for("group_quant_fp8", "gfx942", fp8="e4m3fnuz240", **kw)["fp8"] == \
+        "e4m3fnuz240"
+    with pytest.raises(Unsupported, match="group_size=7"):
+        variant_for("group_quant_fp8", "gfx942", **{**kw, "group_size": 7})
+    with pytest.raises(Unsupported, match="fp8='e4m3fn448'"):
+        variant_for("group_quant_fp8", "gfx942", fp8="e4m3fn448", **kw)
+    with pytest.raises(Unsupported, match="no FP8"):
+        variant_for("group_quant_fp8", "gfx1100", **kw)
+    # a Hopper-only GEMM kernel asked for on CDNA3
+    hopper = next(v for v in get_family("gemm_a8w8_blockscale").variants(get_target("sm_90a"))
+                  if v["kernel"] in ("wgmma", "tma"))
+    with pytest.raises(Unsupported, match="gfx942"):
+        variant_for("gemm_a8w8_blockscale", "gfx942",
+                    **{**dict(hopper.params), "fp8": "e4m3fnuz224"})
+
+
+def test_a_variant_with_a_choice_its_target_lacks_is_invalid():
+    v = dict(dtype="bf16", group_size=128, scale_layout="row", ue8m0=False)
+    assert "fp8=" in validate(make_variant("group_quant_fp8", "gfx942", fp8="e4m3fn448", **v))
+    assert "group_size=" in validate(make_variant("group_quant_fp8", "gfx942",
+                                                  **{**v, "group_size": 7, "fp8": "e4m3fnuz224"}))
+    with pytest.raises(ValueError, match=r"unknown axes \['bogus'\]"):
+        make_variant("group_quant_fp8", "gfx942", fp8="e4m3fnuz224", bogus=1, **v)
+
+
+def test_the_device_arch_from_torch(monkeypatch):
+    import types
+
+    import torch
+    from codegen import targets
+
+    props = types.SimpleNamespace(major=9, minor=0, gcnArchName="gfx942:sramecc+:xnack-")
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: props)
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert targets.device_arch(0) == "sm_90a"
+    props.major, props.minor = 8, 9
+    assert targets.device_arch(0) == "sm_89"
+    monkeypatch.setattr(torch.version, "hip", "7.0.0")
+    assert targets.device_arch(0) == "gfx942"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(RuntimeError, match="visible GPU"):
+        targets.native_arch()
