@@ -666,3 +666,38 @@ def test_the_dispatch_table_lists_only_what_built(fake, tmp_path, monkeypatch):
     listed = [e["uri"] for entries in table.values() for e in entries]
     assert listed and "rmsnorm" not in table
     assert all(status[u] == "ok" for u in listed)
+
+
+def test_only_staging_of_builders_known_dead_is_removed(tmp_path, monkeypatch):
+    """A staging folder is removed only where its builder ran on this host and is gone: another
+    host's (a shared cache) and another user's live one stay."""
+    import socket
+
+    host = socket.gethostname()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    names = {"dead": f".staging-{host}-{gone.pid}-a", "alive": f".staging-{host}-{os.getpid()}-b",
+             "other_host": f".staging-{host}x-{gone.pid}-c", "odd": ".staging-junk",
+             "other_user": f".staging-{host}-1-d"}
+    for n in names.values():
+        (tmp_path / n).mkdir()
+    real_kill = os.kill
+
+    def kill(pid, sig):
+        if pid == 1:
+            raise PermissionError(1, "Operation not permitted")
+        return real_kill(pid, sig)
+    monkeypatch.setattr(os, "kill", kill)
+    store.remove_dead_staging(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        n for k, n in names.items() if k != "dead")
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_files_written_whole_follow_the_umask(tmp_path, mask, mode):
+    old = os.umask(mask)
+    try:
+        store.write_atomic(tmp_path / "manifest.json", "{}\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "manifest.json").stat().st_mode & 0o777 == mode

@@ -86,6 +86,8 @@ def test_ninja_text_is_pure_and_complete():
     assert "build b.s: asm b.hip" in text
     assert "rule module" in text and "rule asm" in text
     assert "$out.log" in text
+    odd = ninja_text(TC, [Edge("a:b $c.s", "a:b $c.hip", "asm")])      # ':', ' ' and '$'
+    assert "build a$:b$ $$c.s: asm a$:b$ $$c.hip" in odd
 
 
 def test_write_if_different(tmp_path):

@@ -225,6 +225,21 @@ def test_tuner_candidates_validate():
             assert validate(variant(arch, **c)) is None, (arch, c)
 
 
+def test_tuner_skips_only_configs_that_cannot_win_and_the_table_holds_none_of_those():
+    from codegen.tune import plausible
+
+    c = fam.config
+    assert plausible(c("gemv", 1, 8, split_k=2), 1) and plausible(c("gemv", 8, 8), 8)
+    assert not plausible(c("gemv", 1, 8), 2)                  # a second pass over B
+    assert plausible(c("mma", 16, 16, split_k=8), 128) and plausible(c("mma", 64, 16), 64)
+    assert not plausible(c("mma", 16, 16), 129) and not plausible(c("mma", 32, 16), 16)
+    assert plausible(c("tma", 64, 64, stages=4), 1) and not plausible(c("tma", 64, 128), 8)
+    assert plausible(c("tma", 64, 128), 16) and not plausible(c("tma", 128, 128), 15)
+    for arch in TARGETS:
+        for (m, _, _), cfg in fam.table(arch).items():
+            assert plausible(cfg, m), (arch, m, cfg)
+
+
 def test_tuner_times_again_only_the_near_equal_configs():
     from codegen.tune import FINALISTS, NEAR, finalists
 
