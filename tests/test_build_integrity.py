@@ -701,3 +701,17 @@ def test_files_written_whole_follow_the_umask(tmp_path, mask, mode):
     finally:
         os.umask(old)
     assert (tmp_path / "manifest.json").stat().st_mode & 0o777 == mode
+
+
+def test_explain_names_the_module_that_would_serve(fake, tmp_path, monkeypatch):
+    from codegen.cli import explain
+
+    monkeypatch.setattr("codegen.toolchain.find", jit.find)     # the stand-in's, as jit's
+    v = make_variant("group_quant_fp8", "sm_90a", **V)
+    ask = dict(dtype="bf16", group_size=128, scale_layout="row", ue8m0=False)
+    assert explain("sm_90a", "group_quant_fp8", ask)[-1].startswith("module: not built yet")
+    d = jit.compile_variant(v)
+    assert explain("sm_90a", "group_quant_fp8", ask)[-1] == f"module: JIT cache {d}"
+    aot_dir = _aot_folder(tmp_path, monkeypatch)
+    assert explain("sm_90a", "group_quant_fp8", ask)[-1] == \
+        f"module: ahead-of-time build {aot_dir / f'{v.uri}.so'}"

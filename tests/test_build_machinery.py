@@ -50,7 +50,9 @@ def test_cache_key_changes_exactly_when_an_input_changes(monkeypatch):
     v2 = make_variant("group_quant_fp8", "sm_90a", **{**V, "ue8m0": True})
     assert cache_key(v2, src, TC) != base                                  # variant
     # flags and paths the compilers read
-    for name in ("NVCC_APPEND_FLAGS", "CCC_OVERRIDE_OPTIONS", "HIP_DEVICE_LIB_PATH"):
+    from codegen.build.jit import COMPILER_ENV
+
+    for name in COMPILER_ENV:
         monkeypatch.setenv(name, "-O0")
         assert cache_key(v, src, TC) != base
         monkeypatch.setenv(name, "")

@@ -258,6 +258,23 @@ def test_explain_names_the_row_kernel():
 
 
 
+def test_explain_follows_the_ops_rules():
+    from codegen.cli import explain
+    from codegen.families import gemm
+    from codegen.spec import make_variant
+
+    assert "variant: rmsnorm_bf16_scalar" in explain("sm_90a", "rmsnorm", {"dtype": "bf16"},
+                                                    hidden=4100)     # rows not 16-byte aligned
+    assert "variant: rmsnorm_bf16_vec16" in explain("sm_90a", "rmsnorm", {"dtype": "bf16"},
+                                                   hidden=4096)
+    assert explain("sm_90a", gemm.FAMILY, {}, 2**31, 4096, 7168) == [
+        "unsupported: dimensions (2147483648, 4096, 7168) must be below 2^31"]
+    cfg = gemm.pick("sm_90a", 4096, 4096, 7168)
+    mine = {**cfg, "stages": cfg["stages"] - 1, "fp8": "e4m3fn448"}     # the caller's axis wins
+    lines = explain("sm_90a", gemm.FAMILY, {"stages": mine["stages"]}, 4096, 4096, 7168)
+    assert lines[0] == f"variant: {make_variant(gemm.FAMILY, 'sm_90a', **mine).uri}"
+
+
 def test_explain_takes_axis_values_after_its_options(capsys):
     from codegen.cli import main
 
