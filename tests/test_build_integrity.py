@@ -39,7 +39,8 @@ case "$out" in
   *.so) sym=$(grep -o 'cg_[A-Za-z0-9_]*' "$in" 2>/dev/null | head -n 1)
         [ -n "$sym" ] || sym=cg_stub
         echo "int $sym(void) { return 0; }" | cc -shared -fPIC -x c - -o "$out" ;;
-  *) printf 'fake assembly of %s\n  .vgpr_count: 10\n  .sgpr_count: 12\n  .wavefront_size: 64\n---\namdhsa.kernels:\n' "$in" > "$out" ;;
+  *) meta="amdhsa.kernels:"; [ -n "$FAKE_CC_NO_METADATA" ] && meta=""
+     printf 'fake assembly of %s\n  .vgpr_count: 10\n  .sgpr_count: 12\n  .wavefront_size: 64\n---\n%s\n' "$in" "$meta" > "$out" ;;
 esac
 """
 
@@ -411,6 +412,7 @@ def test_a_compile_that_fails_leaves_no_output_for_a_later_build(fake, tmp_path,
     monkeypatch.setenv("FAKE_CC_FAIL", "enospc")     # writes a partial output, then fails
     rows = aot.build(target, ops=["rmsnorm"], out_dir=out)["variants"]
     assert rows and all(r["status"] == "failed" for r in rows)
+    assert {r["reason"] for r in rows} == {"fatal error: No space left on device"}
     assert not list((out / "sm_90a").glob("*.so")) and not list((out / "sm_90a").glob("*.key"))
     monkeypatch.delenv("FAKE_CC_FAIL")
     rows = aot.build(target, ops=["rmsnorm"], out_dir=out)["variants"]
@@ -715,3 +717,12 @@ def test_explain_names_the_module_that_would_serve(fake, tmp_path, monkeypatch):
     aot_dir = _aot_folder(tmp_path, monkeypatch)
     assert explain("sm_90a", "group_quant_fp8", ask)[-1] == \
         f"module: ahead-of-time build {aot_dir / f'{v.uri}.so'}"
+
+
+def test_assembly_without_kernel_metadata_is_a_failed_build(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_CC_NO_METADATA", "1")
+    out = tmp_path / "gen"
+    rows = aot.build(get_target("gfx950"), ops=["group_quant_fp8"], out_dir=out)["variants"]
+    assert rows and {r["status"] for r in rows} == {"failed"}
+    assert all("holds no kernel metadata" in r["reason"] for r in rows)
+    assert json.loads((out / "gfx950" / "dispatch.json").read_text()) == {}
