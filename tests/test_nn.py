@@ -41,6 +41,14 @@ def test_quantize_weight_blocks(n, k):
     assert (per_block((deq - w).abs()).amax(dim=2) <= amax / 16).all()
 
 
+def test_an_all_zero_weight_block_quantizes_to_zeros_not_nan():
+    w = torch.zeros(128, 256)
+    w[:, 128:] = 1.0
+    q, s = cnn.quantize_weight(w, torch.float8_e4m3fn, 448.0)
+    assert torch.isfinite(s).all() and s[0, 0] > 0
+    assert q[:, :128].float().eq(0).all() and q[:, 128:].float().eq(448).all()
+
+
 def test_e4m3fn_checkpoint_on_an_fnuz_device_keeps_every_value():
     bits = torch.arange(256, dtype=torch.uint8)
     w = bits.view(torch.float8_e4m3fn).view(2, 128)
@@ -189,7 +197,13 @@ def test_supported_answers_for_arch_names_and_without_a_gpu():
     s = supported("gfx1100")
     assert "FP8" in s.why_not["gemm_a8w8_blockscale"] and "FP8" in s.why_not["nn.BlockFP8Linear"]
     assert not s["per_token_group_quant_fp8"]
-    assert "gfx1100" in str(s)
+    assert "gemm_a8w8_blockscale" not in s and "gfx1100" in str(s)
+    from codegen.support import Support
+
+    s = Support("dev", "gfx942", {"rmsnorm": None, "gemm_a8w8_blockscale": "no toolchain"})
+    assert "rmsnorm" in s and "gemm_a8w8_blockscale" not in s and "nope" not in s
+    assert str(s).splitlines()[1:] == ["  rmsnorm" + " " * 22 + "yes",
+                                       "  gemm_a8w8_blockscale" + " " * 9 + "no: no toolchain"]
     s = supported("gfx9999")
     assert s.arch is None and all("unknown arch 'gfx9999'" in r for r in s.why_not.values())
     if not torch.cuda.is_available():
