@@ -386,3 +386,39 @@ def test_compiled_calls_take_the_identities_the_ops_allow(cpu_impls):
     w, x, r = rows(1, 256)[0], rows(4, 256), rows(4, 256)
     torch.compile(lambda x, r: ops.fused_add_rmsnorm(x, r, w, out=x, residual_out=r),
                   fullgraph=True, backend="aot_eager")(x, r)
+
+
+def test_operands_a_kernel_would_read_or_write_past_are_refused(device):
+    """Shapes, dtypes and row alignment that would send a kernel past a buffer, each refused by
+    name, also after a good call of the same signature left its plan."""
+    x, w = rows(4, 256), rows(1, 256)[0]
+    fp8 = torch.zeros(256, 256, dtype=torch.float8_e4m3fn)
+    a, a_s, b_s = fp8[:4].clone(), torch.ones(4, 2), torch.ones(2, 2)
+    ops.gemm_a8w8_blockscale(a, a_s, fp8, b_s)
+    ops.rmsnorm(x, w, out=torch.empty_like(x))
+    buf = torch.zeros(4 * 256 + 16, dtype=torch.float8_e4m3fn)
+    pitch_264 = torch.zeros(256 * 264, dtype=torch.float8_e4m3fn).as_strided((256, 256), (264, 1))
+    shared = torch.zeros(7 * 256, dtype=BF)
+    cases = [
+        (lambda: ops.rmsnorm(x, w, out=torch.empty(4, 128, dtype=BF)), "out: .* expected"),
+        (lambda: ops.rmsnorm(x, w, out=torch.empty(4, 256, dtype=torch.float16)),
+         "out: .* expected"),
+        (lambda: ops.fused_add_rmsnorm(x, x.clone(), w, out=torch.empty(4, 128, dtype=BF)),
+         "out: .* expected"),
+        (lambda: ops.gemm_a8w8_blockscale(a, torch.ones(3, 2), fp8, b_s), "a_scales: shape"),
+        (lambda: ops.gemm_a8w8_blockscale(a, a_s, fp8, torch.ones(1, 2)), "b_scales: shape"),
+        (lambda: ops.gemm_a8w8_blockscale(buf[8:8 + 1024].view(4, 256), a_s, fp8, b_s),
+         "a: rows must start on 16-byte boundaries"),
+        (lambda: ops.gemm_a8w8_blockscale(a, a_s, pitch_264, b_s),
+         "b: rows must start on 16-byte boundaries"),
+        (lambda: ops.gemm_a8w8_blockscale(a, a_s, fp8.view(torch.float8_e5m2), b_s), "b: dtype"),
+        # one row shared, the last of one and the first of the other
+        (lambda: ops.fused_add_rmsnorm(shared[:1024].view(4, 256),
+                                       shared[768:1792].view(4, 256), w), "residual: overlaps x"),
+        (lambda: ops.fused_add_rmsnorm(shared[768:1792].view(4, 256),
+                                       shared[:1024].view(4, 256), w), "residual: overlaps x"),
+    ]
+    for call, message in cases:
+        with pytest.raises((TypeError, ValueError), match=message):
+            call()
+    assert device.launches == 2
