@@ -24,10 +24,12 @@ class NoOpKernels:
 
     def __init__(self):
         self.launches = 0
+        self.launched = []     # the variant of each launch
 
     def kernel(self, variant):
         def launch(*args):
             self.launches += 1
+            self.launched.append(variant)
             return 0
         return launch
 
@@ -422,3 +424,16 @@ def test_operands_a_kernel_would_read_or_write_past_are_refused(device):
         with pytest.raises((TypeError, ValueError), match=message):
             call()
     assert device.launches == 2
+
+
+def test_vllm_quant_takes_its_flags_and_keeps_the_callers_shape(device):
+    x = rows(6, 256)
+    q, s = vllm.per_token_group_quant_fp8(x, 128, column_major_scales=True,
+                                          tma_aligned_scales=True, use_ue8m0=True)
+    v = device.launched[-1]
+    assert v["ue8m0"] is True and v["scale_layout"] == "col_tma" and v["group_size"] == 128
+    assert s.shape == (6, 2) and s.stride() == (1, 8)               # round_up(6, 4)
+    q, s = vllm.per_token_group_quant_fp8(x.view(2, 3, 256), 64)
+    v = device.launched[-1]
+    assert v["ue8m0"] is False and v["scale_layout"] == "row" and v["group_size"] == 64
+    assert q.shape == (2, 3, 256) and s.shape == (2, 3, 4)
