@@ -437,3 +437,12 @@ def test_vllm_quant_takes_its_flags_and_keeps_the_callers_shape(device):
     v = device.launched[-1]
     assert v["ue8m0"] is False and v["scale_layout"] == "row" and v["group_size"] == 64
     assert q.shape == (2, 3, 256) and s.shape == (2, 3, 4)
+
+
+def test_rmsnorm_module_launches_with_its_residual_and_the_inputs_dtype(device):
+    x, r = rows(4, 256), rows(4, 256)
+    y, out_r = cnn.RMSNorm(256, quantize=True).to(BF)(x, r)
+    v = device.launched[-1]
+    assert v.family == "rmsnorm_group_quant" and v["residual"] is True and out_r is r
+    cnn.RMSNorm(256).to(BF)(x.half())                  # its weight cast to the input's dtype
+    assert device.launched[-1].family == "rmsnorm" and device.launched[-1]["dtype"] == "fp16"
