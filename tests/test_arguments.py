@@ -446,3 +446,22 @@ def test_rmsnorm_module_launches_with_its_residual_and_the_inputs_dtype(device):
     assert v.family == "rmsnorm_group_quant" and v["residual"] is True and out_r is r
     cnn.RMSNorm(256).to(BF)(x.half())                  # its weight cast to the input's dtype
     assert device.launched[-1].family == "rmsnorm" and device.launched[-1]["dtype"] == "fp16"
+
+
+def test_aiter_fused_quant_takes_one_launch_only_where_the_mla_kernel_does_it_all(device):
+    from codegen import aiter
+
+    x, w, kv, kv_w = rows(4, 1536), rows(1, 1536)[0], rows(4, 512), rows(1, 512)[0]
+
+    def families(**kw):
+        n = len(device.launched)
+        outs = aiter.fused_rms_fp8_group_quant(x, w, 1e-6, kv, kv_w, kw.pop("eps2", 1e-6), **kw)
+        return [v.family for v in device.launched[n:]], outs
+    assert families()[0] == ["dual_rmsnorm_group_quant"]
+    assert families(eps2=1e-5)[0] == ["rmsnorm_group_quant", "rmsnorm"]
+    launched, outs = families(output_unquantized_inp1=True)
+    assert launched == ["rmsnorm_group_quant", "rmsnorm"] and outs[1] is not None
+    launched, outs = families(res1=rows(4, 1536))
+    assert launched == ["rmsnorm_group_quant", "rmsnorm"] and outs[3] is not None
+    kv, kv_w = rows(4, 516), rows(1, 516)[0]                    # kv rows the MLA kernel lacks
+    assert families()[0] == ["rmsnorm_group_quant", "rmsnorm"]
