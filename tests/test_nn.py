@@ -406,6 +406,19 @@ def test_convert_keeps_shared_layers_shared_and_names_what_it_cannot_convert(cpu
     assert isinstance(cnn.convert(nn.Linear(256, 8)), cnn.BlockFP8Linear)
 
 
+def test_convert_asks_skip_by_qualified_name_and_leaves_subclasses(cpu_fp8):
+    class Custom(nn.Linear):
+        pass
+
+    model = nn.Sequential(nn.Sequential(nn.Linear(128, 128), Custom(128, 128)),
+                          nn.ModuleDict({"head": nn.Linear(128, 8)}))
+    asked = []
+    cnn.convert(model, skip=lambda name, lin: asked.append(name) or name.endswith("head"))
+    assert asked == ["0.0", "1.head"]         # the subclass is never offered
+    assert isinstance(model[0][0], cnn.BlockFP8Linear)
+    assert type(model[0][1]) is Custom and type(model[1]["head"]) is nn.Linear
+
+
 def test_importing_everything_works_with_no_gpu_runtime():
     code = ("import codegen, codegen.ops, codegen.nn, codegen.vllm, codegen.aiter, codegen.cli, "
             "codegen.emu; "
