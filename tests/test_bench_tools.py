@@ -371,3 +371,23 @@ def test_a_run_is_named_by_its_card():
     assert [card_name(d) for d in ("NVIDIA H200", "NVIDIA H100 80GB HBM3", "AMD Instinct MI300X",
                                    "AMD Radeon AI PRO R9700", "Radeon")] == [
         "h200", "h100", "mi300x", "r9700", "radeon"]
+
+
+@pytest.mark.parametrize("results,page,summary_page", [
+    ("docs/bench", "docs/performance.md", "README.md"),
+    ("docs/bench/h100", "docs/performance-h100.md", "docs/performance-h100.md")])
+def test_the_committed_pages_are_what_the_report_makes_of_the_committed_runs(
+        results, page, summary_page):
+    """Every table and summary line of the README and the performance pages, as the report
+    writes them from the JSONs beside them: a page edited by hand or left behind a new run, or a
+    change to how the report writes a cell, fails here."""
+    root = bench_report.ROOT
+
+    def between(path, markers):
+        return (root / path).read_text().split(markers[0] + "\n", 1)[1].split(markers[1], 1)[0]
+
+    run = bench_report.latest(sorted((root / results).glob("*.json")))
+    source = ", ".join(r["file"] for r in run["sources"])
+    assert bench_report.tables(run, source) == between(page, (bench_report.BEGIN,
+                                                              bench_report.END))
+    assert bench_report.summary(run) == between(summary_page, bench_report.SUMMARY)
