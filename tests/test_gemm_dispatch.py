@@ -312,3 +312,83 @@ def test_the_op_picks_by_m_not_by_the_first_m_of_its_bucket():
         _common.attach_emulated(None)
     assert fam.m_bucket(2049) == fam.m_bucket(4096)
     assert dev.picked == [(64, 64), (128, 128)]
+
+
+def test_a_table_entry_serves_every_m_of_its_bucket():
+    """M = 3 takes the M = 4 bucket's tuned entry (mma 8 x 16, split 14), not the heuristic's
+    8 x 32 split 8."""
+    tuned = fam.table("sm_90a")[(4, 2112, 7168)]
+    assert (tuned["kernel"], tuned["block_n"], tuned["split_k"]) == ("mma", 16, 14)
+    assert fam.pick("sm_90a", 3, 2112, 7168) == tuned
+    assert fam.heuristic("sm_90a", 3, 2112, k=7168) != tuned
+
+
+def test_sm90a_heuristic_at_its_m_edges():
+    """Off the table on sm_90a: 8 x 32 tiles up to M = 8, 16 x 32 to 16, wgmma 64 x 64 to 128,
+    the tma kernel's 128 x 128 past it; decode on rows of at most 1536 across >= 4096 columns
+    in the mma kernel, split over as many K blocks as there are, up to 4."""
+    h = lambda m, **kw: fam.heuristic("sm_90a", m, **kw)   # noqa: E731
+    assert [(h(m)["kernel"], h(m)["block_m"]) for m in (8, 9, 16, 17, 128, 129)] == [
+        ("mma", 8), ("mma", 16), ("mma", 16), ("wgmma", 64), ("wgmma", 64), ("tma", 128)]
+    assert [h(1, n=4096, k=k)["split_k"] for k in (128, 256, 512, 1536)] == [1, 2, 4, 4]
+    assert h(1, n=4096, k=1536)["kernel"] == "mma"
+    assert h(1, n=4096, k=1552)["kernel"] == "gemv" and h(1, n=4095, k=128)["kernel"] == "gemv"
+
+
+def test_decode_waves_a_row_fill_the_device():
+    """gemv_split: 576 x 7168 on the H200's 132 SMs needs 4 warps a row to give each SM 512
+    threads (132 * 512 / (576 * 32) rounds up to 4), K caps it at 3 pieces' worth -> 4; the
+    R9700's 32 CUs are filled with one; wider N takes one everywhere. gemv blocks hold 16
+    threads' worth of rows on sm_90a, 8 elsewhere."""
+    assert [fam.gemv_split("sm_90a", n, 7168) for n in (576, 2112, 24576)] == [4, 1, 1]
+    assert fam.gemv_split("gfx1201", 576, 7168) == 1
+    assert fam.gemv_split("sm_90a", 576, 7168, cus=8) == 1
+    assert [fam.gemv_config("sm_90a", s)["block_n"] for s in (1, 2, 4)] == [8, 8, 4]
+    assert [fam.gemv_config("gfx942", s)["block_n"] for s in (1, 2, 4)] == [8, 4, 2]
+
+
+def test_k_refusal_names_the_padded_k():
+    assert fam.k_refused(32) is None and fam.k_refused(16) is None
+    assert "8 is not a multiple of 16" in fam.k_refused(8)
+    assert fam.k_refused(100).endswith("zero columns to 112")
+    assert fam.k_refused(8).endswith("zero columns to 16")
+
+
+def test_tile_figures_the_templates_take():
+    """What context() hands the templates, pinned where only a GPU would notice a change:
+    shared memory of the stages, 1024 bytes of alignment, tma's bf16 output tile and two
+    8-byte mbarriers a stage; the staged scales of narrow tiles; a producer warpgroup and up to
+    two consumers; one partial-sum set at 256 rows or over 128 columns; 256-wide tiles as two
+    128-wide consumers."""
+    tma = lambda bm, bn, s: variant("sm_90a", kernel="tma", block_m=bm, block_n=bn,   # noqa: E731
+                                    stages=s)
+    assert fam.wgmma_smem_bytes(tma(128, 128, 5)) == 5 * 256 * 128 + 1024 + 128 * 128 * 2 + 80
+    narrow = tma(128, 64, 4)
+    assert fam.tma_staged_bytes(narrow) == 128 + 4 * 128 * 4
+    assert fam.context(narrow)["staged_scales"] and not fam.context(tma(128, 128, 5))[
+        "staged_scales"]
+    assert [fam.block_threads(tma(bm, 128, 3)) for bm in (64, 128, 256)] == [256, 384, 384]
+    assert [fam.tma_one_set(tma(bm, bn, 3)) for bm, bn in ((256, 128), (128, 192), (128, 128))] \
+        == [True, True, False]
+    assert [fam.tma_wgmma_n(tma(128, bn, 3)) for bn in (192, 256)] == [192, 128]
+    assert fam.context(tma(128, 256, 3))["wgmma_n"] == 128
+    # the last tile that fits the 232448 bytes, and one 128 bytes past them
+    assert validate(tma(128, 128, 6)) is None
+    assert "232576 bytes of shared memory exceed 232448" in validate(tma(64, 144, 8))
+    assert "3 or more stages" in validate(variant("sm_90a", kernel="wgmma", block_m=64,
+                                                  block_n=64, stages=2))
+
+
+def test_amd_mma_split_k_limits():
+    """16 waves of 64 are the 1024 threads a block may have; the split-K sum takes split x
+    the tile's accumulators in LDS, none unsplit; the lds kernel's 128 x 128 tile in 64 x 32
+    waves stages 4 pieces a thread and K block."""
+    from codegen.matrix import atom_for
+    atom = atom_for("gfx942", "mma", "")
+    assert validate(variant("gfx942", kernel="mma", block_m=16, block_n=16, split_k=16)) is None
+    assert fam.mma_reduce_bytes(variant("gfx942", kernel="mma", block_m=16, block_n=16,
+                                        split_k=8), atom) == 8 * 16 * 16 * 4
+    assert fam.mma_reduce_bytes(variant("gfx942", kernel="mma", block_m=16, block_n=16), atom) == 0
+    lds = variant("gfx942", kernel="lds", block_m=128, block_n=128, stages=2, wave_tile="w64x32")
+    assert (fam.block_threads(lds), fam.lds_pieces(lds)) == (512, 4)
+    assert not fam.swapped(variant("gfx942", kernel="mma", block_m=16, block_n=16))
