@@ -185,3 +185,25 @@ def test_rocm_headers_in_the_key_where_hipcc_resolves_into_llvm(tmp_path, monkey
         assert toolchain.hip_include_dir(tc) == rocm / "include" / "hip"
     finally:
         toolchain.find.cache_clear()
+
+
+def test_resources_are_the_worst_kernel_and_every_spill(tmp_path):
+    """A .s of two kernels reports the larger of each count, VGPR and SGPR spills together;
+    ptxas's log its spill stores and loads together, and its shared memory."""
+    from codegen.build.resources import from_amdgpu_asm, from_ptxas_log
+    asm = tmp_path / "k.s"
+    asm.write_text("".join(f"    .vgpr_count:     {v}\n    .vgpr_spill_count: {s}\n"
+                           f"    .sgpr_spill_count: {ss}\n    .group_segment_fixed_size: {lds}\n"
+                           for v, s, ss, lds in ((40, 2, 4, 0), (100, 3, 1, 8192))))
+    r = from_amdgpu_asm(asm)
+    assert (r["vgpr_count"], r["spill_count"], r["lds_bytes"]) == (100, 3 + 4, 8192)
+    log = tmp_path / "k.log"
+    log.write_text("ptxas info    : Used 90 registers, 16 bytes spill stores, 24 bytes spill "
+                   "loads\nptxas info    : 4096 bytes smem, 32 bytes stack frame\n")
+    r = from_ptxas_log(log)
+    assert (r["vgpr_count"], r["spill_count"], r["lds_bytes"], r["scratch_bytes"]) == (
+        90, 40, 4096, 32)
+
+
+def test_an_include_of_no_project_header_is_left_to_the_compiler():
+    assert included_headers('#include "no/such.h"\n#include <cuda_runtime.h>\n') == []

@@ -98,3 +98,36 @@ def test_tuner_estimates_name_a_bad_arch(capsys):
         with pytest.raises(SystemExit) as e:
             tune.main(["--estimates", arch])
         assert e.value.code == 2 and why in capsys.readouterr().err, arch
+
+
+NESTED = """
+kernel:
+.LBB0_1:                                ; =>This Loop Header: Depth=1
+	v_mfma_f32_16x16x32_fp8_fp8 a[0:3], v[8:9], v[16:17], a[0:3]
+	v_mfma_f32_16x16x32_fp8_fp8 a[0:3], v[10:11], v[18:19], a[0:3]
+	v_add_f32_e32 v1, v2, v3
+	s_setprio 1
+	ds_add_u32 v4, v5
+	s_cbranch_scc1 .LBB0_1
+.LBB0_2:                                ; =>This Inner Loop Header: Depth=2
+	v_mfma_f32_16x16x32_fp8_fp8 a[4:7], v[8:9], v[16:17], a[4:7]
+	s_cbranch_scc1 .LBB0_2
+	s_endpgm
+"""
+
+
+@pytest.mark.parametrize("wave, issue, lds", [(64, 4 + 2, 64 * 4 / 32), (32, 1 + 2, 32 * 4 / 32)])
+def test_the_loop_with_most_matrix_instructions_and_what_issues(wave, issue, lds):
+    """The loop holding the most matrix instructions is the K loop, whatever its depth; a VALU
+    instruction issues in 4 cycles on wave64, 1 on wave32; s_setprio issues nothing; an LDS
+    op of no known width moves 4 bytes."""
+    est = estimate(NESTED, {"v_mfma_f32_16x16x32_fp8_fp8": 16}, per_kblock=2, wave=wave,
+                   lds_rates=(32, 32))
+    assert (est.matrix_cycles, est.issue_cycles, est.lds_cycles) == (32, issue, lds)
+
+
+def test_predicted_cycles_rounds_of_the_whole_device_and_a_partial_last():
+    # 20 blocks, 2 CUs holding 2 each: 5 rounds of one wave a SIMD, 2 K blocks of 10 cycles
+    assert predicted_cycles(10, 320, 16, 256, 16, 16, 1, 1, 2, 4, 2) == 5 * 2 * 10
+    # 17 blocks, 16 a round (2 waves a SIMD), then 1 block: a wave on one SIMD
+    assert predicted_cycles(10, 272, 16, 256, 16, 16, 1, 1, 8, 4, 2) == (2 + 1) * 2 * 10

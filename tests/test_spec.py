@@ -273,3 +273,29 @@ def test_the_device_arch_from_torch(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(RuntimeError, match="visible GPU"):
         targets.native_arch()
+
+
+def test_a_row_takes_the_first_tier_whose_cap_holds_its_chunks():
+    """tier_for (the launcher's rule): rows of up to cap chunks of 8 take the tier, one element
+    more the next."""
+    from codegen.families.rmsnorm import tier_for, tiers
+    table = tiers("bf16", 64)
+    for t, wider in zip(table[:-2], table[1:-1]):
+        assert tier_for(t.cap * 8, "bf16", 64) == t
+        assert tier_for(t.cap * 8 + 1, "bf16", 64) == wider
+    assert tier_for(1 << 20, "bf16", 64) == table[-1]
+
+
+def test_an_unknown_family_is_named():
+    from codegen import families as fams
+    with pytest.raises(ValueError, match="unknown kernel family 'nope'"):
+        fams.get("nope")
+
+
+def test_amd_occupancy_counts_registers_in_granules():
+    """A wave's VGPRs are allocated in granules (8 on CDNA, 24 on RDNA4 wave32): 73 registers
+    take 80, 6 waves of 512; 97 take 120, 12 of 1536."""
+    assert get_target("gfx942").occupancy(73, 0, 64) == 6
+    assert get_target("gfx942").occupancy(72, 0, 64) == 7
+    assert get_target("gfx1201").occupancy(97, 0, 32) == 12
+    assert get_target("gfx1201").occupancy(96, 0, 32) == 16
