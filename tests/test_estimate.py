@@ -131,3 +131,17 @@ def test_predicted_cycles_rounds_of_the_whole_device_and_a_partial_last():
     assert predicted_cycles(10, 320, 16, 256, 16, 16, 1, 1, 2, 4, 2) == 5 * 2 * 10
     # 17 blocks, 16 a round (2 waves a SIMD), then 1 block: a wave on one SIMD
     assert predicted_cycles(10, 272, 16, 256, 16, 16, 1, 1, 8, 4, 2) == (2 + 1) * 2 * 10
+
+
+@pytest.mark.parametrize("name, flops", [
+    ("mfma_f32_16x16x32_fp8", 1024), ("mfma_f32_32x32x16_fp8", 1024),   # CDNA3
+    ("mfma_f32_16x16x128_f8f6f4", 2048), ("mfma_f32_32x32x64_f8f6f4", 2048),   # CDNA4: 2x
+    ("wmma_f32_16x16x16_fp8", 1024)])   # RDNA4, a SIMD32
+def test_matrix_cycles_give_each_simd_its_peak_fp8_rate(name, flops):
+    """Dense FP8 FLOPs a SIMD retires per cycle by the modelled issue-to-issue cycles, as the
+    parts' peaks give them: MI300X 2614.9 TFLOP/s / (304 CUs x 4 SIMDs x 2.1 GHz) = 1024,
+    MI355X about 5 PFLOP/s / (256 x 4 x 2.4 GHz) = 2035 (2048: 2x), R9700 383 TFLOP/s /
+    (128 SIMD32 x 2.92 GHz) = 1024."""
+    from codegen.matrix import ATOMS
+    a = ATOMS[name]
+    assert 2 * a.rows * a.cols * a.k / a.cycles == flops
