@@ -212,19 +212,66 @@ def test_gemm_with_k_0_is_an_empty_sum(device):
 def test_a_launch_runs_with_its_tensors_device_current(monkeypatch):
     calls = []
 
-    class On:       # a tensor on device 1
+    class On:       # a tensor on device `index`
+        def __init__(self, index):
+            self.index = index
+
         def get_device(self):
-            return 1
+            return self.index
 
     monkeypatch.setattr(_common, "_get_device", lambda: 0)
     monkeypatch.setattr(_common, "_set_device", lambda d: calls.append(("set", d)))
     monkeypatch.setattr(_common, "raw_stream", lambda d: 100 + d)
-    assert _common.launch(lambda *a: calls.append(("launch", a)) or 7, On(), "p") == 7
+    assert _common.launch(lambda *a: calls.append(("launch", a)) or 7, On(1), "p") == 7
     assert calls == [("set", 1), ("launch", ("p", 101)), ("set", 0)]
     calls.clear()
     monkeypatch.setattr(_common, "_get_device", lambda: 1)
-    _common.launch(lambda *a: calls.append(("launch", a)), On(), "p")
+    _common.launch(lambda *a: calls.append(("launch", a)), On(1), "p")
     assert calls == [("launch", ("p", 101))]
+    calls.clear()     # device 0 is a device like any other
+    _common.launch(lambda *a: calls.append(("launch", a)), On(0), "p")
+    assert calls == [("set", 0), ("launch", ("p", 100)), ("set", 1)]
+
+
+def test_a_failed_launch_is_an_error_whatever_its_code():
+    _common.check_rc(0, "quant")
+    for rc in (1, 700, -1):
+        with pytest.raises(RuntimeError, match=f"quant: kernel launch failed with GPU runtime "
+                                               f"error {rc}"):
+            _common.check_rc(rc, "quant")
+
+
+def test_overlap_is_exact_for_rows_of_one_stride_and_by_spans_otherwise():
+    b = torch.zeros(8, 32)
+    f = b.view(-1)
+    cases = [
+        (b[:, :16], b[:, 16:], False), (b[:, :17], b[:, 16:], True),   # columns side by side
+        (b[:4], b[4:], False), (b[:4], b[3:], True),                     # spans end to end
+        (b[0], b[1], False),                                             # two 1-D rows
+        (b[1, :16], b[:, 16:], False), (b[1, 16:20], b[:, 16:], True),   # a row against columns
+        (b[:, 16:], b[1, :16], False), (b[2:4, :16], b[:2, :16], False),
+        (b[:, ::2], b[:, 1::2], True),                                   # interleaved: by spans
+        (b[::2, :8], b[::3, :8], True),                                  # rows 0 and 6 meet
+        (f[:40], b[1:, :8], True), (f[:32], b[1:, :8], False),
+        (f[:32:2], f[20:30], True), (f[:32:2], f[32:40], False),
+        (f.as_strided((4, 8), (64, 1)), f[32:].as_strided((3, 8), (96, 1)), True),   # at 128
+        (b[:1, :8].expand(4, 8), b[0, 4:6], True),                       # a row stride of 0
+        (b[2:2], b[1:3], False)]                                         # empty
+    for a, c, want in cases:
+        assert _common.overlap(a, c) == want, (a.shape, a.stride(), c.shape, c.stride())
+        assert _common.overlap(c, a) == want
+
+
+def test_only_the_in_place_operand_itself_may_be_written():
+    b = torch.zeros(4, 32)
+    _common.check_written("residual_out", b, "residual", residual=b)
+    for t, o in ((b[:, :16], b[:, :24]), (b[:2], b.view(2, 64)),
+                 (b[:4, :16], b.view(-1)[:64].view(4, 16))):   # same start, other rows
+        with pytest.raises(ValueError, match="residual_out: overlaps residual; it must be "
+                                             "residual itself"):
+            _common.check_written("residual_out", t, "residual", residual=o)
+    with pytest.raises(ValueError, match="out: overlaps x; it must share no memory"):
+        _common.check_written("out", b, None, x=b)
 
 
 def test_rmsnorm_module_updates_a_residual_that_reshape_copies(monkeypatch):
