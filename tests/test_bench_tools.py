@@ -391,3 +391,126 @@ def test_the_committed_pages_are_what_the_report_makes_of_the_committed_runs(
     assert bench_report.tables(run, source) == between(page, (bench_report.BEGIN,
                                                               bench_report.END))
     assert bench_report.summary(run) == between(summary_page, bench_report.SUMMARY)
+
+
+def _stand_in_graphs(monkeypatch, sets, jitter=()):
+    """CUDA graphs, capture and events on a clock that a captured call advances by its cost
+    on every replay; `jitter` ms added after each timed replay."""
+    from types import SimpleNamespace
+
+    from codegen import bench
+    st = SimpleNamespace(clock=0.0, capture=None, replays=[], graphs=[], jitter=list(jitter))
+
+    class Graph:
+        def __init__(self):
+            self.calls = []
+            st.graphs.append(self)
+
+        def replay(self):
+            st.replays.append(st.graphs.index(self))
+            for c in self.calls:
+                c()
+            if st.jitter and len(st.replays) > len(st.graphs):
+                st.clock += st.jitter.pop(0)
+
+    class Capture:
+        def __init__(self, g):
+            self.g = g
+
+        def __enter__(self):
+            st.capture = self.g
+
+        def __exit__(self, *a):
+            st.capture = None
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.t = None
+
+        def record(self):
+            self.t = st.clock
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, end):
+            return end.t - self.t
+
+    monkeypatch.setattr(bench.torch.cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(bench.torch.cuda, "graph", Capture)
+    monkeypatch.setattr(bench.torch.cuda, "Event", Event)
+    monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(bench, "input_sets", lambda nbytes: sets)
+    return st
+
+
+def _costing(st, cost_us, calls_made):
+    """A make whose calls cost cost_us each on the stand-in clock; calls_made[i] counts the
+    calls of the i-th input set."""
+    def make():
+        i = len(calls_made)
+        calls_made.append(0)
+
+        def call():
+            if st.capture is not None:
+                st.capture.calls.append(lambda: setattr(st, "clock", st.clock + cost_us / 1e3))
+            calls_made[i] += 1
+            return object()
+        return call
+    return make
+
+
+def test_graph_time_is_per_call_over_every_input_set(monkeypatch):
+    """64 calls at least, each input set as often as the others (a warm-up each, then
+    ceil(64 / 3) rounds); more sets than that: each once; the time is per call."""
+    from codegen import bench
+    for sets, per_set in ((3, 1 + 22), (100, 1 + 1)):
+        st, made = _stand_in_graphs(monkeypatch, sets), []
+        assert bench.graph_us(_costing(st, 2.0, made), 1 << 20) == pytest.approx(2.0)
+        assert made == [per_set] * sets
+
+
+def test_contenders_alternate_and_the_median_replay_counts(monkeypatch):
+    from codegen import bench
+    st = _stand_in_graphs(monkeypatch, 2)
+    assert bench.graphs_us([_costing(st, 1.0, []), _costing(st, 3.0, [])], 1 << 20) == \
+        pytest.approx([1.0, 3.0])
+    assert st.replays == [0, 1] + [0, 1, 1, 0] * 3 + [0, 1]   # a warm-up, then 7 each in turn
+    st = _stand_in_graphs(monkeypatch, 2, jitter=[0.009, 0.001, 0.005, 0.002, 0.008, 0.003,
+                                                  0.020])
+    # replays of 2 calls taking 9, 1, 5, 2, 8, 3, 20 ns more: the median, 5 / 2 ns a call
+    assert bench.graphs_us([_costing(st, 0.0, [])], 1 << 20, min_calls=2) == \
+        pytest.approx([2.5])
+
+
+def test_input_sets_exceed_twice_the_cache_within_bounds(monkeypatch):
+    from codegen import bench
+    monkeypatch.setattr(bench, "cache_bytes", lambda: 4 << 20)
+    assert bench.input_sets(1 << 20) == 9
+    assert bench.sets_for(1024, 50 << 20) == 4096
+    assert bench.sets_for(1 << 20, 0) == 2
+
+
+def test_rmsnorm_cells_count_what_each_op_reads_and_writes(monkeypatch):
+    """bf16: rmsnorm reads x and writes y (4 bytes an element), fused_add reads x and the
+    residual and writes both (8)."""
+    import torch
+
+    from codegen import bench
+    randn = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *s, device=None, **k: randn(*s, **k))
+    monkeypatch.setattr(bench, "peer_compile", lambda fn: fn)
+    monkeypatch.setattr(bench.peers, "aiter", lambda: None)
+    cells = [c[:4] for c in bench._rmsnorm_cells([16, 4096], [7168])]
+    assert cells == [("rmsnorm", 16, 7168, 16 * 7168 * 4),
+                     ("fused_add_rmsnorm", 16, 7168, 16 * 7168 * 8),
+                     ("rmsnorm", 4096, 7168, 4096 * 7168 * 4),
+                     ("fused_add_rmsnorm", 4096, 7168, 4096 * 7168 * 8),
+                     ("fused_add_rmsnorm, residual_out", 4096, 7168, 4096 * 7168 * 8)]
+
+
+def test_unknown_sections_are_refused_before_a_gpu_is_asked_for():
+    from codegen import bench
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--sections", "quant,bogus"])
+    assert e.value.code == 2
