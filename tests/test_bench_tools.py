@@ -514,3 +514,40 @@ def test_unknown_sections_are_refused_before_a_gpu_is_asked_for():
     with pytest.raises(SystemExit) as e:
         bench.main(["--sections", "quant,bogus"])
     assert e.value.code == 2
+
+
+def test_quant_figures_are_bytes_over_graph_time_against_each_contender(monkeypatch):
+    """A quant cell moves x (2 bytes an element) in, q (1) and a 4-byte scale a group out; GB/s,
+    the fraction of the graph copy and the ratios to each peer come from the graph times, the
+    event ratios from the event times; the vLLM peer quantizes to the format's max."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from codegen import bench
+    ones, fp8 = torch.ones, torch.float8_e4m3fn
+    monkeypatch.setattr(torch, "ones", lambda *s, device=None, **k: ones(*s, **k))
+    monkeypatch.setattr(bench, "ops", SimpleNamespace(
+        per_token_group_quant_fp8=lambda x, g=128: (torch.zeros(1, dtype=fp8), None)))
+    fmaxes, moved = [], []
+    monkeypatch.setattr(bench.peers, "vllm_quant",
+                        lambda: (lambda x, g, dt, fmax: fmaxes.append(fmax)))
+    monkeypatch.setattr(bench, "peer_compile", lambda fn: fn)
+    monkeypatch.setattr(bench, "_bf16", lambda t, h: None)
+
+    def cell_us(makes, nbytes):     # (graph, event) of ours, torch.compile's, vLLM's
+        moved.append(nbytes)
+        makes[2]()()
+        return [(10.0, 12.0), (20.0, 30.0), (15.0, 18.0)]
+    monkeypatch.setattr(bench, "cell_us", cell_us)
+    monkeypatch.setattr(bench, "same_size_copy_us", lambda nbytes: 8.0)
+    rows = bench.quant_section({"graph": 2000.0, "event": 1000.0}, 2.0, quick=True)
+    assert [(r["g"], r["t"], r["h"]) for r in rows] == [
+        (g, t, 7168) for g in (128, 64) for t in (1, 16, 8192)]
+    assert moved == [t * 7168 * 3 + t * 7168 // g * 4 for g in (128, 64) for t in (1, 16, 8192)]
+    r = rows[2]
+    assert r["gbs"] == pytest.approx(moved[2] / 10.0 / 1e3)
+    assert r["copy_frac"] == pytest.approx(moved[2] / 10.0 / 1e3 / 2000.0)
+    assert (r["vs_compile"], r["vs_vllm"], r["vs_vllm_event"]) == (2.0, 1.5, 1.5)
+    assert r["same_copy_frac"] == 0.8 and "same_copy_frac" not in rows[5]   # G 128 only
+    assert fmaxes == [448.0] * 6
