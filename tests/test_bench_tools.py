@@ -551,3 +551,51 @@ def test_quant_figures_are_bytes_over_graph_time_against_each_contender(monkeypa
     assert (r["vs_compile"], r["vs_vllm"], r["vs_vllm_event"]) == (2.0, 1.5, 1.5)
     assert r["same_copy_frac"] == 0.8 and "same_copy_frac" not in rows[5]   # G 128 only
     assert fmaxes == [448.0] * 6
+
+
+@pytest.mark.parametrize("m, cublas", [(4096, True), (1, False)])
+def test_gemm_figures_are_flops_and_weight_bytes_over_graph_time(monkeypatch, m, cublas):
+    """A GEMM cell moves A, B (the weights) and a bf16 out; TFLOP/s is 2 M N K over the graph
+    time, the weight rate N K bytes over it against the graph copy, the ratio to cuBLAS its
+    graph (event) time over ours; at M = 1 the weights against a same-size copy; the config
+    is the one dispatch picks on the device."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from codegen import bench
+    from codegen.families import gemm as fam
+    n, k = 2112, 7168
+    randn, rand = torch.randn, torch.rand
+    monkeypatch.setattr(torch, "randn", lambda *s, device=None: randn(*s))
+    monkeypatch.setattr(torch, "rand", lambda *s, device=None: rand(*s))
+    monkeypatch.setattr(bench, "device_arch", lambda d: "sm_90a")
+    out = torch.ones(m, n)
+    monkeypatch.setattr(bench, "ops", SimpleNamespace(
+        gemm=SimpleNamespace(fp8_dtype_of=lambda arch: torch.float8_e4m3fn),
+        gemm_a8w8_blockscale=lambda *t: out))
+    monkeypatch.setattr(bench, "_cublas_blockwise",
+                        lambda *t: (lambda: out) if cublas else None)
+    monkeypatch.setattr("codegen.ops._common.multiprocessors", lambda t: 132)
+    moved = []
+
+    def cell_us(makes, nbytes):
+        moved.append(nbytes)
+        return [(100.0, 110.0), (120.0, 143.0)][:len(makes)]
+    monkeypatch.setattr(bench, "cell_us", cell_us)
+    copies = []
+    monkeypatch.setattr(bench, "same_size_copy_us", lambda nbytes: copies.append(nbytes) or 80.0)
+    r = bench._gemm_cell(m, n, k, {"graph": 4000.0, "event": 3000.0})
+    assert moved == [m * k + n * k + m * n * 2]
+    assert r["tflops"] == pytest.approx(2 * m * n * k / 100.0 / 1e6)
+    assert r["weight_gbs"] == pytest.approx(n * k / 100.0 / 1e3)
+    assert r["weight_copy_frac"] == pytest.approx(n * k / 100.0 / 1e3 / 4000.0)
+    if cublas:
+        assert (r["vs_cublas"], r["vs_cublas_event"]) == (1.2, 1.3)
+        assert r["cublas_tflops"] == pytest.approx(2 * m * n * k / 120.0 / 1e6)
+        assert "same_copy_frac" not in r
+    else:
+        assert r["vs_cublas"] is None and r["same_copy_frac"] == 0.8 and copies == [n * k]
+    c = fam.pick("sm_90a", m, n, k, 132)
+    assert r["config"].startswith(f"{c['kernel']} {c['block_m']}x{c['block_n']} "
+                                  f"sk{c['split_k']} s{c['stages']}")
