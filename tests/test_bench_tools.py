@@ -599,3 +599,33 @@ def test_gemm_figures_are_flops_and_weight_bytes_over_graph_time(monkeypatch, m,
     c = fam.pick("sm_90a", m, n, k, 132)
     assert r["config"].startswith(f"{c['kernel']} {c['block_m']}x{c['block_n']} "
                                   f"sk{c['split_k']} s{c['stages']}")
+
+
+def test_rmsnorm_quant_cells_count_what_each_op_moves(monkeypatch):
+    """rmsnorm_group_quant moves what the quant does (x in, q and the G = 128 scales out; the
+    weight stays in cache); the dual op's q rows as that, its kv rows of 512 in and out in
+    bf16; only T, H >= 4096 against a same-size copy; the dual's speedup is two launches'
+    time over one's."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from codegen import bench
+    ones, randn = torch.ones, torch.randn
+    monkeypatch.setattr(torch, "ones", lambda *s, device=None, **k: ones(*s, **k))
+    monkeypatch.setattr(torch, "randn", lambda *s, device=None, **k: randn(*s, **k))
+    monkeypatch.setattr(bench, "ops", SimpleNamespace(
+        per_token_group_quant_fp8=lambda x: (torch.zeros(1, dtype=torch.float8_e4m3fn), None)))
+    monkeypatch.setattr(bench, "peer_compile", lambda fn: fn)
+    monkeypatch.setattr(bench.peers, "aiter", lambda: None)
+    moved = []
+    monkeypatch.setattr(bench, "cell_us", lambda makes, nbytes: moved.append(nbytes) or [
+        (10.0, 12.0), (20.0, 30.0)])
+    monkeypatch.setattr(bench, "same_size_copy_us", lambda nbytes: 8.0)
+    rows = bench.rmsnorm_quant_section({"graph": 2000.0, "event": 1000.0})
+    cells = ((16, 7168), (256, 7168), (4096, 4096), (4096, 7168), (16384, 7168))
+    dual = [(t, g) for t in (1, 16, 64, 256) for g in (128, 64)]
+    assert moved == [t * h * 3 + t * h // 128 * 4 for t, h in cells] + [
+        t * (1536 * 3 + 512 * 4) + t * 1536 // g * 4 for t, g in dual]
+    assert [("same_copy_frac" in r) for r in rows[:5]] == [False, False, True, True, True]
+    assert rows[5]["speedup"] == 2.0 and rows[5]["speedup_event"] == 2.5
