@@ -629,3 +629,22 @@ def test_rmsnorm_quant_cells_count_what_each_op_moves(monkeypatch):
         t * (1536 * 3 + 512 * 4) + t * 1536 // g * 4 for t, g in dual]
     assert [("same_copy_frac" in r) for r in rows[:5]] == [False, False, True, True, True]
     assert rows[5]["speedup"] == 2.0 and rows[5]["speedup_event"] == 2.5
+
+
+def test_host_time_is_per_call_and_the_median_round(monkeypatch):
+    """host_us: wall time per call of a loop of n calls, the median over rounds; a case whose
+    calls slow down in one round reads as its usual self."""
+    from codegen import bench
+    clock = [0.0]
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda: None)
+    calls = {"a": 0}
+
+    def a():                       # 2 us a call, 50 us a call in its 6th round of loops
+        calls["a"] += 1
+        clock[0] += (50e-6 if 1 + 5 * 10 < calls["a"] <= 1 + 6 * 10 else 2e-6)
+
+    def b():
+        clock[0] += 7e-6
+    us = bench.host_us({"a": a, "b": b}, n=10, rounds=7)
+    assert us == {"a": pytest.approx(2.0), "b": pytest.approx(7.0)}
