@@ -491,16 +491,25 @@ def test_input_sets_exceed_twice_the_cache_within_bounds(monkeypatch):
     assert bench.sets_for(1 << 20, 0) == 2
 
 
-def test_rmsnorm_cells_count_what_each_op_reads_and_writes(monkeypatch):
-    """bf16: rmsnorm reads x and writes y (4 bytes an element), fused_add reads x and the
-    residual and writes both (8)."""
+@pytest.fixture
+def bench_on_host(monkeypatch):
+    """codegen.bench with the tensors it asks of the GPU made on the host, its torch.compile
+    peers run as written and no AITER checkout."""
     import torch
 
     from codegen import bench
-    randn = torch.randn
-    monkeypatch.setattr(torch, "randn", lambda *s, device=None, **k: randn(*s, **k))
+    for name in ("ones", "randn", "rand"):
+        made = getattr(torch, name)
+        monkeypatch.setattr(torch, name, lambda *s, device=None, _f=made, **k: _f(*s, **k))
     monkeypatch.setattr(bench, "peer_compile", lambda fn: fn)
     monkeypatch.setattr(bench.peers, "aiter", lambda: None)
+    return bench
+
+
+def test_rmsnorm_cells_count_what_each_op_reads_and_writes(bench_on_host):
+    """bf16: rmsnorm reads x and writes y (4 bytes an element), fused_add reads x and the
+    residual and writes both (8)."""
+    bench = bench_on_host
     cells = [c[:4] for c in bench._rmsnorm_cells([16, 4096], [7168])]
     assert cells == [("rmsnorm", 16, 7168, 16 * 7168 * 4),
                      ("fused_add_rmsnorm", 16, 7168, 16 * 7168 * 8),
@@ -516,7 +525,8 @@ def test_unknown_sections_are_refused_before_a_gpu_is_asked_for():
     assert e.value.code == 2
 
 
-def test_quant_figures_are_bytes_over_graph_time_against_each_contender(monkeypatch):
+def test_quant_figures_are_bytes_over_graph_time_against_each_contender(monkeypatch,
+                                                                        bench_on_host):
     """A quant cell moves x (2 bytes an element) in, q (1) and a 4-byte scale a group out; GB/s,
     the fraction of the graph copy and the ratios to each peer come from the graph times, the
     event ratios from the event times; the vLLM peer quantizes to the format's max."""
@@ -524,15 +534,12 @@ def test_quant_figures_are_bytes_over_graph_time_against_each_contender(monkeypa
 
     import torch
 
-    from codegen import bench
-    ones, fp8 = torch.ones, torch.float8_e4m3fn
-    monkeypatch.setattr(torch, "ones", lambda *s, device=None, **k: ones(*s, **k))
+    bench, fp8 = bench_on_host, torch.float8_e4m3fn
     monkeypatch.setattr(bench, "ops", SimpleNamespace(
         per_token_group_quant_fp8=lambda x, g=128: (torch.zeros(1, dtype=fp8), None)))
     fmaxes, moved = [], []
     monkeypatch.setattr(bench.peers, "vllm_quant",
                         lambda: (lambda x, g, dt, fmax: fmaxes.append(fmax)))
-    monkeypatch.setattr(bench, "peer_compile", lambda fn: fn)
     monkeypatch.setattr(bench, "_bf16", lambda t, h: None)
 
     def cell_us(makes, nbytes):     # (graph, event) of ours, torch.compile's, vLLM's
@@ -554,7 +561,8 @@ def test_quant_figures_are_bytes_over_graph_time_against_each_contender(monkeypa
 
 
 @pytest.mark.parametrize("m, cublas", [(4096, True), (1, False)])
-def test_gemm_figures_are_flops_and_weight_bytes_over_graph_time(monkeypatch, m, cublas):
+def test_gemm_figures_are_flops_and_weight_bytes_over_graph_time(monkeypatch, bench_on_host,
+                                                                  m, cublas):
     """A GEMM cell moves A, B (the weights) and a bf16 out; TFLOP/s is 2 M N K over the graph
     time, the weight rate N K bytes over it against the graph copy, the ratio to cuBLAS its
     graph (event) time over ours; at M = 1 the weights against a same-size copy; the config
@@ -563,12 +571,8 @@ def test_gemm_figures_are_flops_and_weight_bytes_over_graph_time(monkeypatch, m,
 
     import torch
 
-    from codegen import bench
     from codegen.families import gemm as fam
-    n, k = 2112, 7168
-    randn, rand = torch.randn, torch.rand
-    monkeypatch.setattr(torch, "randn", lambda *s, device=None: randn(*s))
-    monkeypatch.setattr(torch, "rand", lambda *s, device=None: rand(*s))
+    bench, n, k = bench_on_host, 2112, 7168
     monkeypatch.setattr(bench, "device_arch", lambda d: "sm_90a")
     out = torch.ones(m, n)
     monkeypatch.setattr(bench, "ops", SimpleNamespace(
@@ -601,7 +605,7 @@ def test_gemm_figures_are_flops_and_weight_bytes_over_graph_time(monkeypatch, m,
                                   f"sk{c['split_k']} s{c['stages']}")
 
 
-def test_rmsnorm_quant_cells_count_what_each_op_moves(monkeypatch):
+def test_rmsnorm_quant_cells_count_what_each_op_moves(monkeypatch, bench_on_host):
     """rmsnorm_group_quant moves what the quant does (x in, q and the G = 128 scales out; the
     weight stays in cache); the dual op's q rows as that, its kv rows of 512 in and out in
     bf16; only T, H >= 4096 against a same-size copy; the dual's speedup is two launches'
@@ -610,14 +614,9 @@ def test_rmsnorm_quant_cells_count_what_each_op_moves(monkeypatch):
 
     import torch
 
-    from codegen import bench
-    ones, randn = torch.ones, torch.randn
-    monkeypatch.setattr(torch, "ones", lambda *s, device=None, **k: ones(*s, **k))
-    monkeypatch.setattr(torch, "randn", lambda *s, device=None, **k: randn(*s, **k))
+    bench = bench_on_host
     monkeypatch.setattr(bench, "ops", SimpleNamespace(
         per_token_group_quant_fp8=lambda x: (torch.zeros(1, dtype=torch.float8_e4m3fn), None)))
-    monkeypatch.setattr(bench, "peer_compile", lambda fn: fn)
-    monkeypatch.setattr(bench.peers, "aiter", lambda: None)
     moved = []
     monkeypatch.setattr(bench, "cell_us", lambda makes, nbytes: moved.append(nbytes) or [
         (10.0, 12.0), (20.0, 30.0)])
