@@ -306,12 +306,14 @@ def test_no_plan_no_call(fast):
 
 def test_first_call_does_not_wait_for_the_build(monkeypatch):
     """module() starts the build and answers None at once (the caller takes the Python path);
-    module(wait=True) waits for it; once built, every call gets the module."""
+    module(wait=True) waits for it; once built, every call gets the module. The calls made
+    meanwhile start no second build."""
     import threading
 
-    release, built = threading.Event(), object()
+    release, built, builds = threading.Event(), object(), []
 
     def slow_build():
+        builds.append(1)
         assert release.wait(30)
         return built
 
@@ -323,6 +325,7 @@ def test_first_call_does_not_wait_for_the_build(monkeypatch):
     release.set()
     assert _fast.module(wait=True) is built
     assert _fast.module() is built and _fast.MOD is built
+    assert len(builds) == 1
 
 
 def test_a_build_killed_midway_leaves_no_lock_that_later_processes_wait_on(fast):
