@@ -647,3 +647,28 @@ def test_host_time_is_per_call_and_the_median_round(monkeypatch):
         clock[0] += 7e-6
     us = bench.host_us({"a": a, "b": b}, n=10, rounds=7)
     assert us == {"a": pytest.approx(2.0), "b": pytest.approx(7.0)}
+
+
+@pytest.mark.parametrize("pdl_env,pdl", [(None, True), ("0", False), ("1", True)])
+def test_a_run_records_its_cache_bound_and_launch_mode(monkeypatch, tmp_path, pdl_env, pdl):
+    """The JSON of a run names what its inputs rotated past (twice the last cache) and whether
+    our launches overlapped (programmatic dependent launch, off with CODEGEN_PDL=0)."""
+    from codegen import bench
+    if pdl_env is None:
+        monkeypatch.delenv("CODEGEN_PDL", raising=False)
+    else:
+        monkeypatch.setenv("CODEGEN_PDL", pdl_env)
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench.torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    monkeypatch.setattr(bench._fast, "module", lambda wait=False: None)
+    monkeypatch.setattr(bench, "cache_bytes", lambda: 60 << 20)
+    for name, value in (("copy_bandwidth", 4000.0), ("copy_bandwidth_graph", 4100.0),
+                        ("empty_kernel_us", 2.0)):
+        monkeypatch.setattr(bench, name, lambda v=value: v)
+    monkeypatch.setattr(bench, "source_commit", lambda: "abc")
+    monkeypatch.setattr(bench, "jit_section", lambda: {"first_call_s": 1.0})
+    assert bench.main(["--sections", "jit", "--json", str(tmp_path) + "/"]) == 0
+    (path,) = tmp_path.glob("h200-*.json")
+    run = json.loads(path.read_text())
+    assert run["rotated_past_bytes"] == 120 << 20 and run["pdl"] is pdl
+    assert run["copy_graph_gbs"] == 4100.0 and run["jit"] == {"first_call_s": 1.0}
