@@ -577,7 +577,11 @@ def host_overhead() -> dict:
         "aiter.gemm_a8w8_blockscale 1x2112x7168": lambda: aiter.gemm_a8w8_blockscale(
             qa, lin.weight, sa, lin.weight_scale_inv),
     }
-    us = host_us(cases)
+    return overhead_figures(host_us(cases))
+
+
+def overhead_figures(us: dict) -> dict:
+    """Each call's host time past a bare torch launch (torch.mul(out=), one of the cases)."""
     bare = us["torch.mul(out=)"]
     table("host time per eager call, T=1 (us; overhead = call - torch.mul(out=))",
           ["call", "us", "overhead us"], [[k, v, v - bare] for k, v in us.items()])

@@ -672,3 +672,12 @@ def test_a_run_records_its_cache_bound_and_launch_mode(monkeypatch, tmp_path, pd
     run = json.loads(path.read_text())
     assert run["rotated_past_bytes"] == 120 << 20 and run["pdl"] is pdl
     assert run["copy_graph_gbs"] == 4100.0 and run["jit"] == {"first_call_s": 1.0}
+
+
+def test_host_overhead_is_each_call_past_a_bare_launch(capsys):
+    from codegen import bench
+    figures = bench.overhead_figures({"torch.mul(out=)": 2.5, "torch.mul": 4.0, "rmsnorm": 6.0})
+    assert figures == {"calls_us": {"torch.mul(out=)": 2.5, "torch.mul": 4.0, "rmsnorm": 6.0},
+                       "bare_launch_us": 2.5,
+                       "overhead_us": {"torch.mul(out=)": 0.0, "torch.mul": 1.5, "rmsnorm": 3.5}}
+    assert "rmsnorm" in capsys.readouterr().out
