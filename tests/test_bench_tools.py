@@ -681,3 +681,43 @@ def test_host_overhead_is_each_call_past_a_bare_launch(capsys):
                        "bare_launch_us": 2.5,
                        "overhead_us": {"torch.mul(out=)": 0.0, "torch.mul": 1.5, "rmsnorm": 3.5}}
     assert "rmsnorm" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kb", [4, 7, 56])
+def test_cublas_is_given_the_blockwise_scale_layouts_torch_expects(monkeypatch, kb):
+    """scale_a [M, K/128] column-major; B [K, N] column-major; scale_b [round_up(K/128, 4),
+    N/128] with strides (1, that rounded K/128), past K/128 zeros (TARGETS.md)."""
+    import torch
+
+    from codegen import bench
+    m, nb = 5, 3
+    a = torch.zeros(m, kb * 128, dtype=torch.float8_e4m3fn)
+    b = torch.zeros(nb * 128, kb * 128, dtype=torch.float8_e4m3fn)
+    sa, sb = torch.rand(m, kb), torch.rand(nb, kb)
+    seen = {}
+
+    def scaled_mm(x, y, scale_a, scale_b, out_dtype):
+        seen.update(x=x, y=y, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
+    monkeypatch.setattr(torch, "_scaled_mm", scaled_mm)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    assert bench._cublas_blockwise(a, sa, b, sb) is not None
+    kr = -(-kb // 4) * 4
+    assert seen["x"] is a and seen["y"].shape == (kb * 128, nb * 128)
+    assert seen["y"].stride() == (1, kb * 128)
+    assert torch.equal(seen["scale_a"], sa) and seen["scale_a"].stride() == (1, m)
+    scale_b = seen["scale_b"]
+    assert scale_b.shape == (kr, nb) and scale_b.stride() == (1, kr)
+    assert torch.equal(scale_b[:kb], sb.t()) and not scale_b[kb:].any()
+    assert seen["out_dtype"] == torch.bfloat16
+
+
+def test_cublas_is_left_out_where_torch_refuses_the_shape(monkeypatch):
+    import torch
+
+    from codegen import bench
+
+    def refuse(*a, **k):
+        raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED")
+    monkeypatch.setattr(torch, "_scaled_mm", refuse)
+    a = torch.zeros(1, 256, dtype=torch.float8_e4m3fn)
+    assert bench._cublas_blockwise(a, torch.ones(1, 2), a, torch.ones(1, 2)) is None
