@@ -721,3 +721,36 @@ def test_cublas_is_left_out_where_torch_refuses_the_shape(monkeypatch):
     monkeypatch.setattr(torch, "_scaled_mm", refuse)
     a = torch.zeros(1, 256, dtype=torch.float8_e4m3fn)
     assert bench._cublas_blockwise(a, torch.ones(1, 2), a, torch.ones(1, 2)) is None
+
+
+def test_kernel_time_is_the_kernels_per_call_without_the_cache_flush(monkeypatch):
+    """kernel_us: the profiler's CUDA kernel records of n calls, less the flushes between them
+    ("Fill"), over n; the host's records do not count."""
+    import contextlib
+    from types import SimpleNamespace
+
+    import torch
+    import torch.profiler
+
+    from codegen import bench
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+    events = []
+    made = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *s, device=None, **k: made(1, **k))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+
+    @contextlib.contextmanager
+    def profile(activities):
+        events.clear()            # the records of the calls made within
+        yield SimpleNamespace(events=lambda: events)
+    monkeypatch.setattr(torch.profiler, "profile", profile)
+
+    def fn():
+        events.extend([SimpleNamespace(name="gemm", device_type=cuda, device_time=3.0),
+                       SimpleNamespace(name="scale", device_type=cuda, device_time=1.0),
+                       SimpleNamespace(name="aten::mm", device_type=cpu, device_time=50.0)])
+    real_zero = torch.Tensor.zero_
+    monkeypatch.setattr(torch.Tensor, "zero_", lambda t: events.append(SimpleNamespace(
+        name="void at::native::vectorized_elementwise_kernel<FillFunctor>", device_type=cuda,
+        device_time=9.0)) or real_zero(t))
+    assert bench.kernel_us(fn, n=5) == pytest.approx(4.0)
