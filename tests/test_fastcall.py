@@ -342,3 +342,19 @@ def test_a_build_killed_midway_leaves_no_lock_that_later_processes_wait_on(fast)
                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert run.returncode == 0 and run.stdout.strip() == "True", run.stderr[-2000:]
     assert not stale.exists()
+
+
+def test_the_built_module_launches_on_torchs_current_stream(monkeypatch, tmp_path):
+    """The extension asks torch for the current stream at each launch (through the getter it is
+    given), so that calls under torch.cuda.stream() or a graph capture go where torch's do."""
+    import torch.utils.cpp_extension
+    from types import SimpleNamespace
+
+    given = []
+    built = SimpleNamespace(set_stream_getter=given.append)
+    monkeypatch.setattr(torch.utils.cpp_extension, "load", lambda *a, **k: built)
+    monkeypatch.setenv("CODEGEN_CACHE_DIR", str(tmp_path))
+    getter = getattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 0)   # CPU torch: none
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", getter, raising=False)
+    assert _fast._build() is built
+    assert given == [getter]
