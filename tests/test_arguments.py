@@ -233,6 +233,32 @@ def test_a_launch_runs_with_its_tensors_device_current(monkeypatch):
     assert calls == [("set", 0), ("launch", ("p", 100)), ("set", 1)]
 
 
+def test_each_device_gets_the_kernel_of_its_own_arch(monkeypatch):
+    """A host with two kinds of GPU: the launcher cache is kept per device, so a call on the
+    second never takes the kernel built for the first."""
+    from types import SimpleNamespace
+
+    class On:
+        def __init__(self, index):
+            self.index = index
+
+        def get_device(self):
+            return self.index
+
+    archs = {0: "gfx942", 1: "gfx1201"}
+    monkeypatch.setattr(_common, "_launchers", {})
+    monkeypatch.setattr(_common, "arch", lambda t: archs[t.index])
+    monkeypatch.setattr(_common, "on_emulator", lambda t: False)
+    monkeypatch.setattr(_common, "variant_for", lambda family, arch, **p: SimpleNamespace(
+        uri=f"{family}-{arch}-{p['group']}"))
+    monkeypatch.setattr(_common, "kernel", lambda v: f"launch {v.uri}")
+    got = [_common.launcher("quant", On(d), group=g) for d in (0, 1, 0) for g in (128, 64)]
+    assert [uri for _, uri in got] == ["quant-gfx942-128", "quant-gfx942-64",
+                                       "quant-gfx1201-128", "quant-gfx1201-64",
+                                       "quant-gfx942-128", "quant-gfx942-64"]
+    assert got[0][0] == "launch quant-gfx942-128" and len(_common._launchers) == 4
+
+
 def test_a_failed_launch_is_an_error_whatever_its_code():
     _common.check_rc(0, "quant")
     for rc in (1, 700, -1):
