@@ -162,6 +162,13 @@ def check_aiter_entry_points(device: str) -> None:
     assert_same(res_out, r2, "rmsnorm2d_fwd_with_add residual_out")
     assert_same(x, x0, "input left as it was")
     assert_same(res, res0, "residual_in left as it was")
+    # vLLM's in-place form, input's rows apart: written back through its strides
+    wide, r2 = rows_with_spread(t, 2 * h, torch.bfloat16, device=device), res0.clone()
+    before, r3 = wide.clone(), res0.clone()
+    aiter.fused_add_rms_norm_cu(wide[:, :h], r2, w, eps)
+    assert_same(wide[:, :h], ops.fused_add_rmsnorm(before[:, :h], r3, w, eps), "strided input")
+    assert_same(r2, r3, "strided input: residual")
+    assert torch.equal(wide[:, h:], before[:, h:]), "past the strided rows"
 
     # fused norm + quant: the one-launch MLA form, then the two-launch one (residual, the
     # unquantized copy, a second epsilon)
@@ -198,6 +205,107 @@ def check_aiter_entry_points(device: str) -> None:
     assert_same(y, ops.gemm_a8w8_blockscale(q, s, b, sb), "gemm_a8w8_blockscale")
     y16 = aiter.gemm_a8w8_blockscale(q, b, s, sb, dtype=torch.float16)
     assert_same(y16, y.to(torch.float16), "gemm_a8w8_blockscale fp16")
+
+
+def check_vllm_entry_points(device: str) -> None:
+    """codegen.vllm against the ops it is made of, bit for bit, with vLLM's conventions: its
+    scale layouts (column-major, TMA-aligned), out_q, [..., H] inputs, norms written into out or
+    in place (input's rows strided too), weight None as ones, the residual updated in place, and
+    the GEMM's fp16 default as the bf16 result converted. device: "cuda", or "cpu" with an
+    emulated device attached."""
+    from codegen import ops, reference, vllm
+
+    from .gpu_data import poison_
+
+    bf, eps = torch.bfloat16, 1e-6
+
+    def rows(t, h):
+        return torch.randn(t, h, device=device).to(bf)
+
+    # quant: row-major, column-major and TMA-aligned scales; into out_q; [..., K] input
+    m, k = 37, 512
+    x = rows(m, k)
+    fp8 = ops.per_token_group_quant_fp8(x[:1], 128)[0].dtype
+    rq, rs = reference.group_quant_fp8(x, 128, fp8, 224.0 if fp8 == torch.float8_e4m3fnuz
+                                       else 448.0)
+    for col, tma in ((False, False), (False, True), (True, False), (True, True)):
+        q, s = vllm.per_token_group_quant_fp8(x, 128, column_major_scales=col,
+                                              tma_aligned_scales=tma)
+        assert s.shape == (m, k // 128)
+        assert s.stride() == ((1, (m + 3) // 4 * 4 if tma else m) if col else (k // 128, 1))
+        assert_quant_exact(q, s, rq, rs)
+    out_q = poison_(torch.empty_like(rq))
+    q2, _ = vllm.per_token_group_quant_fp8(x, 128, out_q=out_q, column_major_scales=True)
+    assert q2 is out_q
+    assert_same(q2, rq, "out_q")
+    q3, s3 = vllm.per_token_group_quant_fp8(x.view(1, m, k), 128)
+    assert q3.shape == (1, m, k) and s3.shape == (1, m, k // 128)
+    assert_quant_exact(q3.view(m, k), s3.view(m, k // 128), rq, rs)
+    q8, s8 = vllm.per_token_group_quant_fp8(x, 64, use_ue8m0=True)
+    uq, us = ops.per_token_group_quant_fp8(x, 64, ue8m0=True)
+    assert_same(q8, uq, "use_ue8m0 q")
+    assert_same(s8, us, "use_ue8m0 scales")
+
+    # norms: into out, weight None as ones; fused add in place, input's rows strided too
+    t, h = 13, 1024
+    x, w = rows(t, h), torch.rand(h, device=device).to(bf) + 0.5
+    out = poison_(torch.empty_like(x))
+    assert vllm.rms_norm(out, x, w, eps) is None
+    assert_same(out, ops.rmsnorm(x, w, eps), "rms_norm out")
+    vllm.rms_norm(out.view(1, t, h), x.view(1, t, h), None, eps)
+    assert_same(out, ops.rmsnorm(x, torch.ones_like(w), eps), "rms_norm weight=None")
+    res = rows(t, h)
+    inp, r2 = x.clone(), res.clone()
+    vllm.fused_add_rms_norm(inp, res, w, eps)
+    assert_same(inp, ops.fused_add_rmsnorm(x, r2, w, eps), "fused_add_rms_norm input")
+    assert_same(res, r2, "fused_add_rms_norm residual")
+    wide, res = rows(t, 2 * h), x.clone()
+    inp, r2, before = wide[:, :h], res.clone(), wide.clone()
+    vllm.fused_add_rms_norm(inp, res, w, eps)
+    assert_same(inp, ops.fused_add_rmsnorm(before[:, :h], r2, w, eps), "strided input")
+    assert_same(res, r2, "strided input: residual")
+    assert torch.equal(wide[:, h:], before[:, h:]), "past the strided rows"
+
+    # norm + quant: every scale layout; [..., H] input with the residual updated in place
+    t = 21
+    x = rows(t, h)
+    rq, rs = ops.rmsnorm_group_quant(x, w, eps, 128)
+    for transposed, tma in ((False, 0), (False, 4), (True, 0), (True, 4)):
+        q, s = vllm.rms_norm_per_block_quant(x, w, eps, fp8, [1, 128],
+                                             is_scale_transposed=transposed, tma_alignment=tma)
+        assert_same(q, rq, "rms_norm_per_block_quant q")
+        assert_same(s.contiguous(), rs, "rms_norm_per_block_quant scales")
+        assert s.stride() == ((1, 24 if tma else 21) if transposed else (8, 1))
+    try:
+        vllm.rms_norm_per_block_quant(x, w, eps, torch.int8, [1, 128])
+        raise AssertionError("quant_dtype int8 taken")
+    except ValueError as e:
+        assert str(e).startswith("quant_dtype: "), e
+    r = rows(t, h)
+    r_want = reference.residual_add(x, r)
+    q3, s3 = vllm.rms_norm_per_block_quant(x.view(3, 7, h), w, eps, fp8, [1, 64],
+                                           residual=r.view(3, 7, h), is_scale_transposed=True)
+    gq, gs = ops.rmsnorm_group_quant(r_want, w, eps, 64, scale_layout="col")
+    assert q3.shape == (3, 7, h) and s3.shape == (t, h // 64) and s3.stride() == (1, t)
+    assert_same(q3.view(t, h), gq, "q of [..., H] input")
+    assert_same(s3, gs, "scales of [..., H] input")
+    assert_same(r, r_want, "residual of [..., H] input")
+
+    # GEMM: [..., K] A; bf16, fp32 and the fp16 default, each the bf16 result converted
+    a = rows(10, k)
+    qa, sa = vllm.per_token_group_quant_fp8(a.view(2, 5, k), 128)
+    b, sb = quant_blocks(torch.randn(200, k, device=device) * 0.05, 128, fp8,
+                         torch.finfo(fp8).max)
+    y = ops.gemm_a8w8_blockscale(qa.view(10, k), sa.view(10, -1), b, sb)
+    check_gemm(y, qa.view(10, k), sa.view(10, -1), b, sb)
+    c = vllm.w8a8_triton_block_scaled_mm(qa, b, sa, sb, [128, 128], output_dtype=bf)
+    assert c.shape == (2, 5, 200)
+    assert_same(c.view(10, 200), y, "w8a8_triton_block_scaled_mm")
+    for dtype, got in ((torch.float16, vllm.w8a8_block_fp8_matmul(qa, b, sa, sb, [128, 128])),
+                       (torch.float32, vllm.w8a8_triton_block_scaled_mm(
+                           qa, b, sa, sb, [128, 128], output_dtype=torch.float32))):
+        assert got.dtype == dtype
+        assert_same(got.view(10, 200), y.to(dtype), f"{dtype} out")
 
 
 def check_residual_out(device: str, hs, t: int, dtypes=(torch.bfloat16,), quant=True) -> None:

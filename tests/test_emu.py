@@ -18,7 +18,8 @@ from codegen.spec import make_variant, validate
 from codegen.targets import get_target
 
 from .checks import (assert_quant_exact, assert_same, check_aiter_entry_points, check_fused_quant,
-                     check_gemm, check_residual_out, check_ulps, quant_blocks, rel_err, ulps)
+                     check_gemm, check_residual_out, check_ulps, check_vllm_entry_points,
+                     quant_blocks, rel_err, ulps)
 from .gpu_data import boundary_rows, rows_with_spread
 
 pytestmark = pytest.mark.emu
@@ -526,6 +527,16 @@ def test_emu_gemm_takes_rmsnorm_quant_scales(arch):
     q, s = ops.rmsnorm_group_quant(x, w, EPS, 128, scale_layout="col_tma")
     b, sb = quant_blocks(torch.randn(160, 384) * 0.05, 128, dtype, fmax)
     check_gemm(ops.gemm_a8w8_blockscale(q, s, b, sb), q, s.contiguous(), b, sb)
+
+
+# ---- codegen.vllm: vLLM's names and conventions over the same kernels ----
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_vllm_entry_points(arch):
+    """Quant, the norms, norm + quant and the GEMM under vLLM's names and layouts, each bit for
+    bit the ops it is made of (gfx942: its e4m3fnuz format)."""
+    on(arch)
+    check_vllm_entry_points("cpu")
 
 
 # ---- codegen.aiter: AITER's names and conventions over the same kernels ----

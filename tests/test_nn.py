@@ -17,7 +17,8 @@ from codegen import aiter, ops, reference, vllm
 from codegen.ops.quant import empty_scales
 from codegen.support import supported
 
-from .checks import assert_same, check_aiter_entry_points, rel_err
+from .checks import (assert_same, check_aiter_entry_points, check_vllm_entry_points,
+                     rel_err)
 
 gpu = pytest.mark.gpu
 
@@ -534,88 +535,8 @@ def test_convert_replaces_linears_and_keeps_skipped_ones():
 # ---- vLLM-named entry points ----
 
 @gpu
-@pytest.mark.parametrize("col,tma", [(False, False), (False, True), (True, False), (True, True)])
-def test_vllm_per_token_group_quant_layouts(col, tma):
-    m, k = 37, 512
-    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    q, s = vllm.per_token_group_quant_fp8(x, 128, column_major_scales=col,
-                                          tma_aligned_scales=tma)
-    stride = (1, (m + 3) // 4 * 4 if tma else m) if col else (k // 128, 1)
-    assert s.shape == (m, k // 128) and s.stride() == stride
-    rq, rs = reference.group_quant_fp8(x, 128, q.dtype, 224.0 if q.dtype ==
-                                       torch.float8_e4m3fnuz else 448.0)
-    assert_same(q, rq, "q")
-    assert_same(s.contiguous(), rs, "scales")
-    out_q = torch.empty_like(q)
-    q2, _ = vllm.per_token_group_quant_fp8(x, 128, out_q=out_q, column_major_scales=col)
-    assert q2 is out_q and torch.equal(q2.view(torch.uint8), q.view(torch.uint8))
-    q3, s3 = vllm.per_token_group_quant_fp8(x.view(1, m, k), 128)
-    assert q3.shape == (1, m, k) and s3.shape == (1, m, k // 128)
-
-
-@gpu
-def test_vllm_norms_in_place():
-    x = torch.randn(13, 2048, device="cuda", dtype=torch.bfloat16)
-    w = torch.rand(2048, device="cuda", dtype=torch.bfloat16) + 0.5
-    out = torch.empty_like(x)
-    assert vllm.rms_norm(out, x, w, 1e-6) is None
-    assert_same(out, ops.rmsnorm(x, w, 1e-6), "rms_norm out")
-    vllm.rms_norm(out, x, None, 1e-6)
-    assert_same(out, ops.rmsnorm(x, torch.ones_like(w), 1e-6), "rms_norm weight=None")
-    res = torch.randn_like(x)
-    inp, r2 = x.clone(), res.clone()
-    vllm.fused_add_rms_norm(inp, res, w, 1e-6)
-    expected = ops.fused_add_rmsnorm(x, r2, w, 1e-6)
-    assert_same(inp, expected, "fused_add_rms_norm input")
-    assert_same(res, r2, "fused_add_rms_norm residual")
-    # input's rows apart (vLLM takes strided input): written back through its strides
-    for fn in (vllm.fused_add_rms_norm, aiter.fused_add_rms_norm_cu):
-        wide, res = torch.randn(13, 4096, device="cuda", dtype=torch.bfloat16), x.clone()
-        inp, r2, before = wide[:, :2048], res.clone(), wide.clone()
-        fn(inp, res, w, 1e-6)
-        assert_same(inp, ops.fused_add_rmsnorm(before[:, :2048], r2, w, 1e-6), "strided input")
-        assert_same(res, r2, "strided input: residual")
-        assert torch.equal(wide[:, 2048:], before[:, 2048:])
-
-
-@gpu
-@pytest.mark.parametrize("transposed,tma", [(False, 0), (False, 4), (True, 0), (True, 4)])
-def test_vllm_rms_norm_per_block_quant(transposed, tma):
-    x = torch.randn(21, 1024, device="cuda", dtype=torch.bfloat16)
-    w = torch.rand(1024, device="cuda", dtype=torch.bfloat16) + 0.5
-    fp8 = ops.per_token_group_quant_fp8(x, 128)[0].dtype
-    q, s = vllm.rms_norm_per_block_quant(x, w, 1e-6, fp8, [1, 128],
-                                         is_scale_transposed=transposed, tma_alignment=tma)
-    rq, rs = ops.rmsnorm_group_quant(x, w, 1e-6, 128)
-    assert_same(q, rq, "q")
-    assert_same(s.contiguous(), rs, "scales")
-    assert s.stride() == ((1, 24 if tma else 21) if transposed else (8, 1))
-    with pytest.raises(ValueError, match="quant_dtype"):
-        vllm.rms_norm_per_block_quant(x, w, 1e-6, torch.int8, [1, 128])
-    if not (transposed and tma):    # [..., H] input: out [..., H], scales [T, H/g] (vLLM's)
-        r = torch.randn_like(x)
-        r_want = r + x
-        q3, s3 = vllm.rms_norm_per_block_quant(x.view(3, 7, 1024), w, 1e-6, fp8, [1, 128],
-                                               residual=r.view(3, 7, 1024),
-                                               is_scale_transposed=transposed)
-        rq, rs = ops.rmsnorm_group_quant(r_want, w, 1e-6, 128)
-        assert q3.shape == (3, 7, 1024) and s3.shape == (21, 8)
-        assert_same(q3.view(21, 1024), rq, "q of [..., H] input")
-        assert_same(s3.contiguous(), rs, "scales of [..., H] input")
-        assert_same(r, r_want, "residual of [..., H] input")
-
-
-@gpu
-def test_vllm_block_scaled_mm():
-    layer = cnn.BlockFP8Linear.from_linear(_linear(512, 256, bias=False))
-    a = torch.randn(2, 5, 512, device="cuda", dtype=torch.bfloat16)
-    q, s = vllm.per_token_group_quant_fp8(a, 128)
-    c = vllm.w8a8_triton_block_scaled_mm(q, layer.weight, s, layer.weight_scale_inv, [128, 128],
-                                         output_dtype=torch.bfloat16)
-    assert c.shape == (2, 5, 256)
-    assert_same(c, layer(a), "block_scaled_mm vs BlockFP8Linear")
-    c16 = vllm.w8a8_block_fp8_matmul(q, layer.weight, s, layer.weight_scale_inv, [128, 128])
-    assert_same(c16, c.half(), "w8a8_block_fp8_matmul: fp16 out")
+def test_vllm_entry_points():
+    check_vllm_entry_points("cuda")
 
 
 # ---- AITER-named entry points ----
