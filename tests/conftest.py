@@ -54,7 +54,8 @@ _EMU_FAMILIES = (("test_emu_gap", "emulator gaps"), ("test_emu_quant", "group_qu
                  ("test_emu_rmsnorm_group_quant", "rmsnorm_group_quant"),
                  ("test_emu_dual", "dual_rmsnorm_group_quant"), ("test_emu_rmsnorm", "rmsnorm"),
                  ("test_emu_gemm", "gemm_a8w8_blockscale"), ("test_emu_aiter", "codegen.aiter"),
-                 ("test_emu_vllm", "codegen.vllm"), ("test_emu_buffers", "emulator buffers"))
+                 ("test_emu_vllm", "codegen.vllm"),
+                 ("test_emu_modules", "codegen.nn"), ("test_emu_buffers", "emulator buffers"))
 _EMU_CONTRACT = {"emulator gaps": "each fix shown", "group_quant_fp8": "bit-exact",
                  "rmsnorm": "fused = unfused, <= 1 ulp",
                  "rmsnorm_group_quant": "bit-exact vs unfused",
@@ -62,8 +63,10 @@ _EMU_CONTRACT = {"emulator gaps": "each fix shown", "group_quant_fp8": "bit-exac
                  "gemm_a8w8_blockscale": "rel. error < 1e-3, by row",
                  "codegen.aiter": "bit-exact vs the ops",
                  "codegen.vllm": "bit-exact vs the ops",
+                 "codegen.nn": "bit-exact vs the ops",
                  "emulator buffers": "between guard pages"}
-_EMU_ANY_FAMILY = ("emulator gaps", "codegen.aiter", "codegen.vllm")    # rows counting every variant they ran
+# rows counting every variant they ran
+_EMU_ANY_FAMILY = ("emulator gaps", "codegen.aiter", "codegen.vllm", "codegen.nn")
 _emu_reports: dict[str, object] = {}
 
 

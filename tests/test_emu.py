@@ -529,6 +529,56 @@ def test_emu_gemm_takes_rmsnorm_quant_scales(arch):
     check_gemm(ops.gemm_a8w8_blockscale(q, s, b, sb), q, s.contiguous(), b, sb)
 
 
+# ---- codegen.nn: the modules an engine drops in, over the same kernels ----
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_modules(arch, monkeypatch):
+    """BlockFP8Linear is its two ops plus the bias, near bf16 math; an e4m3fn checkpoint pair
+    (DeepSeek-V3's format) gives what it means, by from_fp8 and by load_state_dict alike (on
+    gfx942 converted to e4m3fnuz, the scales doubled); RMSNorm(quantize=True) hands the linear
+    its FP8 activation."""
+    from torch import nn
+
+    from codegen import nn as cnn
+    on(arch)
+    fmt = get_target(arch).fp8_format()
+    fp8 = getattr(torch, fmt.torch_dtype)
+    # the module asks the GPU's arch of torch.cuda: here the emulated device's
+    monkeypatch.setattr(cnn, "device_fp8", lambda device: (fp8, fmt.max))
+    torch.manual_seed(0)
+    k, n, bf = 512, 384, torch.bfloat16
+    lin = nn.Linear(k, n).to(bf)
+    x = (torch.randn(2, 3, k) * 2).to(bf)
+
+    layer = cnn.BlockFP8Linear.from_linear(lin)
+    assert layer.weight.dtype == fp8
+    y = layer(x)
+    assert y.shape == (2, 3, n) and y.dtype == bf
+    q, s = ops.per_token_group_quant_fp8(x.view(-1, k), 128)
+    by_hand = ops.gemm_a8w8_blockscale(q, s, layer.weight, layer.weight_scale_inv) + lin.bias
+    assert_same(y.view(-1, n), by_hand, "BlockFP8Linear vs its ops")
+    assert rel_err(y, lin(x)) < 0.05
+
+    wq, ws = cnn.quantize_weight(lin.weight.float(), torch.float8_e4m3fn, 448.0)
+    pair = cnn.BlockFP8Linear.from_fp8(wq, ws, out_dtype=bf)
+    assert pair.weight.dtype == fp8
+    assert torch.equal(pair.weight_scale_inv, ws * (2 if fp8 == torch.float8_e4m3fnuz else 1))
+    deq = wq.float() * ws.repeat_interleave(128, 0).repeat_interleave(128, 1)[:n, :k]
+    assert rel_err(pair(x), x.float() @ deq.t()) < 0.03
+    loaded = cnn.BlockFP8Linear(k, n, bias=False, device="cpu", out_dtype=bf)
+    loaded.load_state_dict({"weight": wq, "weight_scale_inv": ws})
+    assert_same(loaded(x), pair(x), "load_state_dict vs from_fp8")
+
+    norm = cnn.RMSNorm(k, quantize=True, device="cpu")
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(k) + 0.5)
+    act = norm(x)
+    assert isinstance(act, cnn.FP8Activation) and act.q.shape == x.shape
+    q, s = ops.rmsnorm_group_quant(x.view(-1, k), norm.weight, EPS, 128)
+    by_hand = ops.gemm_a8w8_blockscale(q, s, layer.weight, layer.weight_scale_inv) + lin.bias
+    assert_same(layer(act).view(-1, n), by_hand, "linear(FP8Activation)")
+
+
 # ---- codegen.vllm: vLLM's names and conventions over the same kernels ----
 
 @pytest.mark.parametrize("arch", ARCHS)
