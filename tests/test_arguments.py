@@ -209,15 +209,17 @@ def test_gemm_with_k_0_is_an_empty_sum(device):
     assert device.launches == 0
 
 
+class On:
+    """A tensor on device `index`, as the launch path asks it."""
+    def __init__(self, index):
+        self.index = index
+
+    def get_device(self):
+        return self.index
+
+
 def test_a_launch_runs_with_its_tensors_device_current(monkeypatch):
     calls = []
-
-    class On:       # a tensor on device `index`
-        def __init__(self, index):
-            self.index = index
-
-        def get_device(self):
-            return self.index
 
     monkeypatch.setattr(_common, "_get_device", lambda: 0)
     monkeypatch.setattr(_common, "_set_device", lambda d: calls.append(("set", d)))
@@ -237,13 +239,6 @@ def test_each_device_gets_the_kernel_of_its_own_arch(monkeypatch):
     """A host with two kinds of GPU: the launcher cache is kept per device, so a call on the
     second never takes the kernel built for the first."""
     from types import SimpleNamespace
-
-    class On:
-        def __init__(self, index):
-            self.index = index
-
-        def get_device(self):
-            return self.index
 
     archs = {0: "gfx942", 1: "gfx1201"}
     monkeypatch.setattr(_common, "_launchers", {})
