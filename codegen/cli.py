@@ -187,8 +187,7 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
     if op == gemm.FAMILY:
         if None in (m, n, k):
             raise CliError(f"{op}: give the shape: --m M --n N --k K")
-        if why := gemm.k_refused(k):   # as the op refuses it
-            return [f"unsupported: --k {why}"]
+        k_given, k = k, gemm.padded_k(k)   # as the op pads it
         if not get_target(arch).has_fp8:
             return [f"unsupported: arch {arch} has no FP8 support"]
         if max(m, n, k) >= 2**31:      # as the op refuses it
@@ -204,6 +203,9 @@ def explain(arch: str, op: str, params: dict, m=None, n=None, k=None, hidden=Non
                f"K {k} on {arch}; {cus_said})")
         lines.append(f"config: {json.dumps(cfg)}")
         lines.append(f"why: {how}")
+        if k != k_given:
+            lines.append(f"K: {k_given} is read as {k}: A and B are copied per call into "
+                         f"zero-padded rows (rows are read 16 bytes at a time)")
         target = get_target(arch)
         if target.has_fp8:
             params = {**cfg, "fp8": gemm.fp8_token(target, target.fp8_format().name), **params}

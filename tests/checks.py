@@ -102,6 +102,34 @@ def check_gemm(out, a, sa, b, sb) -> float:
     return err
 
 
+def check_gemm_unaligned_k(a, sa, b, sb) -> None:
+    """A and B whose K is no multiple of 16, handed over as unaligned views (one byte past a
+    16-byte boundary) of rows whose bytes past K are NaN: the op reads them as rows padded with
+    zero columns to the next multiple of 16, bit for bit the GEMM of such rows, and meets the
+    contract; nothing past K is read."""
+    from codegen import ops
+
+    k = a.shape[1]
+    assert k % 16, k
+    k16 = -(-k // 16) * 16
+
+    def in_nan_rows(t):
+        nan = 0x80 if t.dtype == torch.float8_e4m3fnuz else 0x7F
+        store = torch.full((t.shape[0], k16 + 1), nan, dtype=torch.uint8, device=t.device)
+        view = store[:, 1:k + 1].view(t.dtype)
+        view.copy_(t)
+        return view
+
+    def zero_padded(t):
+        out = torch.zeros((t.shape[0], k16), dtype=torch.uint8, device=t.device).view(t.dtype)
+        out[:, :k] = t
+        return out
+
+    out = ops.gemm_a8w8_blockscale(in_nan_rows(a), sa, in_nan_rows(b), sb)
+    assert torch.equal(out, ops.gemm_a8w8_blockscale(zero_padded(a), sa, zero_padded(b), sb))
+    check_gemm(out, a, sa, b, sb)
+
+
 def check_fused_quant(name, outputs, x, w, eps, g, layout, ue8m0, residual, r0, fp8_dtype,
                       fmax) -> None:
     """rmsnorm_group_quant's (q, s, y) against the unfused ops composed, bit for bit (the same

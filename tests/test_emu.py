@@ -18,8 +18,8 @@ from codegen.spec import make_variant, validate
 from codegen.targets import get_target
 
 from .checks import (assert_quant_exact, assert_same, check_aiter_entry_points, check_fused_quant,
-                     check_gemm, check_residual_out, check_ulps, check_vllm_entry_points,
-                     quant_blocks, rel_err, ulps)
+                     check_gemm, check_gemm_unaligned_k, check_residual_out, check_ulps,
+                     check_vllm_entry_points, quant_blocks, rel_err, ulps)
 from .gpu_data import boundary_rows, rows_with_spread
 
 pytestmark = pytest.mark.emu
@@ -476,6 +476,20 @@ def test_emu_gemm_dispatch(arch):
     assert kinds == {"gemv", "mma", "lds"}, kinds
     cdna = get_target(arch).wave_size == 64
     assert tiles == (["m64_n64", "m128_n128"] if cdna else ["m128_n64", "m128_n64"]), tiles
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_emu_gemm_k_not_a_multiple_of_16(arch):
+    """K = 300 and 100 through the decode, small-M and large-M kernels, read as zero-padded rows;
+    and an empty N."""
+    s = on(arch)
+    first = len(s.launches())
+    for m, n, k in ((1, 200, 300), (7, 136, 300), (200, 520, 300), (7, 72, 100)):
+        check_gemm_unaligned_k(*gemm_inputs(arch, m, n, k))
+    assert {kind for x in launched(s, first) for kind in ("lds", "gemv", "mma")
+            if f"_{kind}_" in x.uri} == {"gemv", "mma", "lds"}
+    a, sa, b, sb = gemm_inputs(arch, 4, 128, 256)
+    assert ops.gemm_a8w8_blockscale(a, sa, b[:0], sb[:0]).shape == (4, 0)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

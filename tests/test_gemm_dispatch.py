@@ -347,11 +347,8 @@ def test_decode_waves_a_row_fill_the_device():
     assert [fam.gemv_config("gfx942", s)["block_n"] for s in (1, 2, 4)] == [8, 4, 2]
 
 
-def test_k_refusal_names_the_padded_k():
-    assert fam.k_refused(32) is None and fam.k_refused(16) is None
-    assert "8 is not a multiple of 16" in fam.k_refused(8)
-    assert fam.k_refused(100).endswith("zero columns to 112")
-    assert fam.k_refused(8).endswith("zero columns to 16")
+def test_padded_k_is_the_next_multiple_of_16():
+    assert [fam.padded_k(k) for k in (16, 32, 8, 100, 3884, 7168)] == [16, 32, 16, 112, 3888, 7168]
 
 
 def test_tile_figures_the_templates_take():

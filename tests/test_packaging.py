@@ -216,9 +216,10 @@ def test_explain_says_table_hit_or_heuristic():
     lines = explain("gfx942", gemm.FAMILY, {}, 3000, 100, 512)
     assert any(line.startswith("why: heuristic by M") for line in lines)
     assert json.loads(lines[1].removeprefix("config: ")) == gemm.heuristic("gfx942", 3000, 100)
-    lines = explain("gfx942", gemm.FAMILY, {}, 16, 2112, 7000)
-    assert lines == ["unsupported: --k 7000 is not a multiple of 16 (rows are read 16 bytes at a "
-                     "time); pad A and B with zero columns to 7008"]
+    lines = explain("gfx942", gemm.FAMILY, {}, 16, 2112, 7000)   # picked as K = 7008
+    assert json.loads(lines[1].removeprefix("config: ")) == gemm.pick("gfx942", 16, 2112, 7008)
+    assert lines[3] == ("K: 7000 is read as 7008: A and B are copied per call into zero-padded "
+                        "rows (rows are read 16 bytes at a time)")
     lines = explain("gfx1100", "group_quant_fp8", {"dtype": "bf16"})
     assert lines == ["unsupported: arch gfx1100 has no FP8 support; group_quant_fp8 is not "
                      "offered there"]

@@ -386,13 +386,11 @@ def mma_config(arch: str, block_m: int, block_n: int, split_k: int = 1, cluster:
         {**two, "stages": 1}
 
 
-def k_refused(k: int) -> str | None:
-    """Why the kernels refuse K (after the argument's name), or None: rows are read 16 bytes at
-    a time."""
-    if k % 16 == 0:
-        return None
-    return (f"{k} is not a multiple of 16 (rows are read 16 bytes at a time); pad A and B with "
-            f"zero columns to {-(-k // 16) * 16}")
+def padded_k(k: int) -> int:
+    """K as the kernels read it, a multiple of 16 (rows are read 16 bytes at a time): the op
+    copies A and B into zero-padded rows of this length where K is not one. The zero columns
+    add nothing to any sum, and the scales' ceil(K / 128) blocks stay as they are."""
+    return -(-k // 16) * 16
 
 
 # CDNA's 128 x 128 tile: its instruction and wave tile where they are not the default

@@ -60,10 +60,13 @@ def _impl(a, a_scales, b, b_scales, config: dict | None = None):
         return out
     if k == 0:             # an empty sum
         return out.zero_()
+    padded = k % 16 != 0
+    if padded:
+        a, b, k = _zero_padded(a), _zero_padded(b), fam.padded_k(k)
     fn, uri = _kernel(a, m, n, k) if config is None else _launcher(a, config)
     args = (m, n, k, a.stride(0), b.stride(0), a_scales.stride(0), a_scales.stride(1),
             b_scales.stride(0), b_scales.stride(1))
-    if config is None and not torch.compiler.is_compiling():
+    if config is None and not padded and not torch.compiler.is_compiling():
         _plans[_plan_key(a, a_scales, b, b_scales)] = (fn, uri, m, n, k, args)
         _fast.keep(_fast.GEMM, (), tensors, (fn, uri), torch.bfloat16, args)
     rc = launch(fn, a, a.data_ptr(), b.data_ptr(), a_scales.data_ptr(), b_scales.data_ptr(),
@@ -73,6 +76,12 @@ def _impl(a, a_scales, b, b_scales, config: dict | None = None):
 
 
 LIB.impl("gemm_a8w8_blockscale", _impl, "CUDA")
+
+
+def _zero_padded(t: torch.Tensor) -> torch.Tensor:
+    """t's rows copied into rows of fam.padded_k(K) bytes, zero past K."""
+    pad = fam.padded_k(t.shape[1]) - t.shape[1]
+    return torch.nn.functional.pad(t.view(torch.uint8), (0, pad)).view(t.dtype)
 
 
 def _check(a, a_scales, b, b_scales) -> None:
@@ -95,9 +104,9 @@ def _check(a, a_scales, b, b_scales) -> None:
     (m, k), (n, kb_) = a.shape, b.shape
     if kb_ != k:
         raise ValueError(f"b: shape {tuple(b.shape)} has K={kb_}, a has K={k}")
-    if why := fam.k_refused(k):
-        raise ValueError(f"a: K={why}")
     for name, t in (("a", a), ("b", b)):
+        if k % 16:      # copied into aligned rows (_zero_padded)
+            continue
         if t.stride(0) % 16 or t.data_ptr() % 16:
             raise ValueError(f"{name}: rows must start on 16-byte boundaries "
                              f"(row stride {t.stride(0)}, address {t.data_ptr():#x})")
@@ -124,7 +133,8 @@ def gemm_a8w8_blockscale(a: torch.Tensor, a_scales: torch.Tensor, b: torch.Tenso
     """out [M, N] bf16 = sum over 128-wide K blocks of (A @ B^T) * a_scales * b_scales.
 
     a [M, K] and b [N, K]: the device's FP8 format (e4m3fn; e4m3fnuz on gfx942), last dim
-    contiguous, rows 16-byte aligned, K % 16 == 0 (K past the last full block counts as zeros).
+    contiguous; rows 16-byte aligned where K % 16 == 0, else both are copied per call into
+    zero-padded rows of the next multiple of 16 (K past the last full block counts as zeros).
     a_scales [M, ceil(K/128)] fp32 in any strides: row-major, or the column-major "col" /
     "col_tma" layouts per_token_group_quant_fp8 and rmsnorm_group_quant produce.
     b_scales [ceil(N/128), ceil(K/128)] fp32 in any strides.
