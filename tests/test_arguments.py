@@ -25,11 +25,13 @@ class NoOpKernels:
     def __init__(self):
         self.launches = 0
         self.launched = []     # the variant of each launch
+        self.args = []         # and its arguments (pointers, sizes, strides; the stream last)
 
     def kernel(self, variant):
         def launch(*args):
             self.launches += 1
             self.launched.append(variant)
+            self.args.append(args)
             return 0
         return launch
 
@@ -91,6 +93,29 @@ def test_checks_kept_per_signature_hold_for_the_calls_after(device):
     ops.rmsnorm_group_quant(x, w, residual=r)
     with pytest.raises(ValueError, match="residual_out: given without residual"):
         ops.rmsnorm_group_quant(x, w, residual_out=r)
+    # a contiguous last dim, then a strided one of the same shape
+    ops.per_token_group_quant_fp8(rows(4, 256))
+    with pytest.raises(ValueError, match="x: last dim must be contiguous"):
+        ops.per_token_group_quant_fp8(rows(4, 512)[:, ::2])
+    # one row of row stride 0 (one row cannot overlap), then rows of that stride, which do
+    same_row = rows(1, 256).expand(4, 256)
+    ops.rmsnorm(same_row[:1], w)
+    for n in (2, 4):
+        with pytest.raises(ValueError, match="x: row stride 0 is smaller"):
+            ops.rmsnorm(same_row[:n], w)
+        with pytest.raises(ValueError, match="residual: row stride 0 is smaller"):
+            ops.fused_add_rmsnorm(rows(n, 256), same_row[:n], w)
+    # the row counts a plan leaves open: a residual or kv with fewer rows than x or q
+    ops.fused_add_rmsnorm(x, r, w)
+    ops.dual_rmsnorm_group_quant(x, w, x, w)
+    launches = device.launches
+    for call, message in ((lambda: ops.fused_add_rmsnorm(x, r[:3], w), "residual: shape"),
+                          (lambda: ops.rmsnorm_group_quant(x, w, residual=r[:3]),
+                           "residual: shape"),
+                          (lambda: ops.dual_rmsnorm_group_quant(x, w, x[:3], w), "kv: 3 rows")):
+        with pytest.raises(ValueError, match=message):
+            call()
+    assert device.launches == launches
 
 
 def test_parameters_of_the_wrong_type_or_range(device):
@@ -107,7 +132,22 @@ def test_parameters_of_the_wrong_type_or_range(device):
                                                        [1, 128.0])):
         with pytest.raises(TypeError, match="group_size: expected an int"):
             call()
+    for call, error, message in (
+            (lambda: ops.per_token_group_quant_fp8(x, 16), ValueError, "group_size: 16"),
+            (lambda: ops.rmsnorm(rows(4, 0), w[:0]), ValueError, "x: hidden size must be > 0"),
+            (lambda: ops.rmsnorm_group_quant(rows(4, 256, torch.float32), w.float()), TypeError,
+             "x: dtype"),
+            (lambda: ops.dual_rmsnorm_group_quant(x, w, rows(4, 260), rows(1, 260)[0]),
+             ValueError, "kv: hidden size 260 is not a multiple of 8"),
+            (lambda: ops.dual_rmsnorm_group_quant(rows(1, 8320), rows(1, 8320)[0], x[:1], w),
+             ValueError, "q: hidden size 8320 exceeds 8192")):
+        with pytest.raises(error, match=message):
+            call()
     assert device.launches == 0
+    ops.dual_rmsnorm_group_quant(rows(1, 8192), rows(1, 8192)[0], x[:1], w)   # the longest
+    ops.rmsnorm(x, w, 0.0)                                                     # eps may be 0
+    assert device.launches == 2
+    device.launches = 0
     # a flag given as "no" (truthy) or 2 is refused, with and without a plan for True
     for flag in (False, True, "no", "", 2, None):
         calls = ((lambda: ops.per_token_group_quant_fp8(x, ue8m0=flag), "ue8m0"),
@@ -197,6 +237,8 @@ def test_gemm_refuses_rows_that_overlap(device):
                        (fp8.view(-1)[:16 * 255 + 256].as_strided((256, 256), (16, 1)), fp8, "a")):
         with pytest.raises(ValueError, match=f"{name}: row stride .* smaller than K=256"):
             ops.gemm_a8w8_blockscale(a, scales[0], b, scales[1])
+    with pytest.raises(ValueError, match="a: row stride 0 is smaller than K=256"):  # 2 rows
+        ops.gemm_a8w8_blockscale(fp8[:1].expand(2, 256), torch.ones(2, 2), fp8, scales[1])
     ops.gemm_a8w8_blockscale(fp8[:1].expand(1, 256), torch.ones(1, 2), fp8, scales[1])  # 1 row
     assert device.launches == 1
 
@@ -447,6 +489,83 @@ def test_ops_on_an_arch_without_kernels_are_unsupported(device):
         ops.dual_rmsnorm_group_quant(x, w, x, w)
     with pytest.raises(Unsupported, match="x: device arch"):
         ops.rmsnorm_group_quant(x, w)
+    device.arch = "gfx90a"                 # RMSNorm's, but no FP8
+    _common.attach_emulated(device)
+    a = torch.zeros(4, 256, dtype=torch.float8_e4m3fn)
+    with pytest.raises(Unsupported, match="x: arch gfx90a has no FP8"):
+        ops.per_token_group_quant_fp8(x)
+    with pytest.raises(Unsupported, match="a: arch gfx90a has no FP8"):
+        ops.gemm_a8w8_blockscale(a, torch.ones(4, 2), a, torch.ones(1, 2))
+    assert device.launches == 0
+    ops.rmsnorm(x, w)
+    assert device.launches == 1
+
+
+def test_gemm_launches_with_each_calls_strides_and_k(device):
+    """What a kept plan holds for a signature reaches the launch with that call's strides: a's
+    rows and both scales' layouts; K that is not a multiple of 16 arrives padded, in a copy."""
+    fp8 = torch.float8_e4m3fn
+    b, b_s = torch.zeros(256, 256, dtype=fp8), torch.ones(2, 2)
+    pitched = torch.zeros(4, 272, dtype=fp8)[:, :256]
+    for a, a_s in ((pitched.contiguous(), torch.ones(4, 2)),
+                   (pitched.contiguous(), torch.ones(2, 4).t()),
+                   (pitched, torch.ones(4, 2)),
+                   (pitched.contiguous(), torch.ones(2, 4).t())):
+        ops.gemm_a8w8_blockscale(a, a_s, b, b_s)
+        args = device.args[-1]
+        assert args[0] == a.data_ptr() and args[5:14] == (4, 256, 256, a.stride(0), 256,
+                                                          *a_s.stride(), *b_s.stride())
+    for k, padded in ((24, 32), (100, 112), (3884, 3888)):
+        a, b = torch.zeros(4, k, dtype=fp8), torch.zeros(8, k, dtype=fp8)
+        kb = -(-k // 128)
+        ops.gemm_a8w8_blockscale(a, torch.ones(4, kb), b, torch.ones(1, kb))
+        args = device.args[-1]
+        assert args[5:10] == (4, 8, padded, padded, padded), k
+        assert args[0] % 16 == 0 and args[0] != a.data_ptr() and args[1] != b.data_ptr()
+
+
+def test_each_call_gets_the_kernel_of_its_flags_and_rows(device):
+    """Plans keep kernels per signature; what the signature leaves open picks among them:
+    ue8m0 for the fused quant ops, and 16-byte or scalar access by every row's alignment."""
+    x, w = rows(4, 256), rows(1, 256)[0]
+    for ue8m0 in (False, True, False):
+        ops.rmsnorm_group_quant(x, w, ue8m0=ue8m0)
+        ops.dual_rmsnorm_group_quant(x, w, x, w, ue8m0=ue8m0)
+        ops.per_token_group_quant_fp8(x, ue8m0=ue8m0)
+        assert [v["ue8m0"] for v in device.launched[-3:]] == [ue8m0] * 3
+    odd = torch.zeros(4 * 256 + 1, dtype=BF)[1:].view(4, 256)     # rows 2 bytes off
+    for call, load in ((lambda: ops.rmsnorm(x, w), "vec16"),
+                       (lambda: ops.rmsnorm(rows(1, 101), rows(1, 101)[0]), "scalar"),
+                       (lambda: ops.rmsnorm(x, w, out=odd), "scalar"),
+                       (lambda: ops.fused_add_rmsnorm(x, rows(4, 256), w, residual_out=odd),
+                        "scalar"),
+                       (lambda: ops.fused_add_rmsnorm(x, rows(4, 256), w), "vec16")):
+        call()
+        assert device.launched[-1]["load"] == load
+
+
+def test_rows_off_16_byte_boundaries_reach_the_quant_kernels_copied(device):
+    """The quant kernels load rows 16 bytes at a time: an input whose rows start elsewhere is
+    launched as an aligned copy (x, weights, a residual that is only read)."""
+    w = rows(1, 256)[0]
+    odd = torch.zeros(4 * 256 + 1, dtype=BF)[1:].view(4, 256)
+    odd_w = torch.zeros(257, dtype=BF)[1:]
+    ops.per_token_group_quant_fp8(odd)
+    assert device.args[-1][0] % 16 == 0
+    ops.rmsnorm_group_quant(odd, odd_w)
+    assert device.args[-1][0] % 16 == 0 and device.args[-1][3] % 16 == 0
+    ops.rmsnorm_group_quant(rows(4, 256), w, residual=odd, residual_out=rows(4, 256))
+    assert device.args[-1][1] % 16 == 0
+    ops.dual_rmsnorm_group_quant(odd, odd_w, odd, odd_w)
+    assert all(device.args[-1][i] % 16 == 0 for i in (0, 1, 4, 5))
+
+
+def test_gfx942_quant_takes_each_calls_fp8_max(device):
+    device.arch = "gfx942"
+    x = rows(4, 256)
+    for fp8_max, token in ((None, "e4m3fnuz224"), (240.0, "e4m3fnuz240"), (None, "e4m3fnuz224")):
+        q, _ = ops.per_token_group_quant_fp8(x, fp8_max=fp8_max)
+        assert q.dtype == torch.float8_e4m3fnuz and device.launched[-1]["fp8"] == token
 
 
 def test_compiled_calls_take_the_identities_the_ops_allow(cpu_impls):
@@ -533,3 +652,48 @@ def test_aiter_fused_quant_takes_one_launch_only_where_the_mla_kernel_does_it_al
     assert launched == ["rmsnorm_group_quant", "rmsnorm"] and outs[3] is not None
     kv, kv_w = rows(4, 516), rows(1, 516)[0]                    # kv rows the MLA kernel lacks
     assert families()[0] == ["rmsnorm_group_quant", "rmsnorm"]
+
+
+def test_compiled_quant_writes_into_out(cpu_impls, monkeypatch):
+    """Under torch.compile the registered op returns a new q: the caller's out= is written."""
+    import ctypes
+
+    import torch._dynamo
+
+    def kernel(variant):
+        def launch(x, q, s, groups_total, *rest):
+            ctypes.memset(q, 0x38, groups_total * variant["group_size"])    # 1.0 in e4m3fn
+            return 0
+        return launch
+    monkeypatch.setattr(cpu_impls, "kernel", kernel)
+    torch._dynamo.reset()
+    out = torch.zeros(4, 256, dtype=torch.float8_e4m3fn)
+    torch.compile(lambda x: ops.per_token_group_quant_fp8(x, out=out), fullgraph=True,
+                  backend="eager")(rows(4, 256))
+    assert (out.view(torch.uint8) == 0x38).all()
+
+
+def test_fake_outputs_are_the_real_ones_in_shape_dtype_and_strides(cpu_impls):
+    """torch.compile plans with the registered fakes: the scales in each layout, rgq's y only
+    where it is asked for, and the dual op's three outputs as the kernels' real ones."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fp8, cg = torch.float8_e4m3fn, torch.ops.codegen
+    calls = []
+    for layout in ("row", "col", "col_tma"):
+        calls += [lambda x, w, lay=layout: cg.per_token_group_quant_fp8(x, 128, lay, False,
+                                                                        448.0, fp8),
+                  lambda x, w, lay=layout: cg.dual_rmsnorm_group_quant(x, w, x, w, 1e-6, 128,
+                                                                       lay, False, 448.0, fp8)]
+        calls += [lambda x, w, lay=layout, y=y: cg.rmsnorm_group_quant(x, w, None, 1e-6, 128, lay,
+                                                                       False, y, 448.0, fp8)
+                  for y in (False, True)]
+    x, w = rows(6, 256), rows(1, 256)[0]
+    mode = FakeTensorMode()
+    fake_x, fake_w = mode.from_tensor(x), mode.from_tensor(w)
+    for call in calls:
+        real = call(x, w)
+        with mode:
+            fake = call(fake_x, fake_w)
+        assert [(t.shape, t.dtype, t.stride()) for t in fake] == \
+            [(t.shape, t.dtype, t.stride()) for t in real]
