@@ -298,6 +298,48 @@ def test_gemm(device, fast, lib):
     assert fast.gemm(0, a[:2], sa[:2], b, sb) is None      # another M: another plan
 
 
+def test_the_plans_the_ops_keep_launch_as_their_python_calls(device, fast, lib, monkeypatch):
+    """Each op's first eager call keeps a plan (here as on a GPU: the stand-in's tensors are let
+    through) and its second takes the C++ path with it: the same launch arguments but the
+    outputs', at G = 64 and in each scale layout (the ints the plan keeps per op)."""
+    monkeypatch.setattr(_fast, "on_emulator", lambda t: False)
+    taken = []
+    call = _fast.call
+    monkeypatch.setattr(_fast, "call", lambda *a: taken.append(call(*a)) or taken[-1])
+    bf, fp8 = torch.bfloat16, torch.float8_e4m3fn
+    x, w, r = torch.randn(5, 512).to(bf), torch.randn(512).to(bf), torch.randn(5, 512).to(bf)
+    kv, kw = torch.randn(5, 256).to(bf), torch.randn(256).to(bf)
+    a, b = torch.zeros(3, 256, dtype=fp8), torch.zeros(200, 256, dtype=fp8)
+    sa, sb = torch.ones(2, 3).t(), torch.ones(2, 2)
+    cases = [(lambda: ops.rmsnorm(x, w), 11, (4,)),
+             (lambda: ops.fused_add_rmsnorm(x, r, w), 11, (4,)),
+             (lambda: ops.gemm_a8w8_blockscale(a, sa, b, sb), 15, (4,))]
+    for layout in ("row", "col", "col_tma"):
+        cases += [(lambda lay=layout: ops.per_token_group_quant_fp8(x, 64, scale_layout=lay), 9,
+                   (1, 2)),
+                  (lambda lay=layout: ops.rmsnorm_group_quant(x, w, 1e-6, 64, scale_layout=lay),
+                   15, (4, 5)),
+                  (lambda lay=layout: ops.dual_rmsnorm_group_quant(x, w, kv, kw, 1e-6, 64,
+                                                                   scale_layout=lay), 15,
+                   (2, 3, 6))]
+    for run, n, out_slots in cases:
+        device.eps(-1.0)
+        first = run()
+        first_args, first_eps = device.last(n), device.eps(-1.0)
+        del taken[:]
+        second = run()
+        assert taken and taken[-1] is not None, "the second call took the Python path"
+        second_args = device.last(n)
+        assert device.eps() == first_eps
+        first, second = (t if isinstance(t, tuple) else (t,) for t in (first, second))
+        for slot, t in zip(out_slots, second):
+            assert second_args[slot] == t.data_ptr()
+            first_args[slot] = t.data_ptr()
+        assert first_args == second_args
+        for one, other in zip(first, second):
+            _same_output(one, other)
+
+
 def test_no_plan_no_call(fast):
     x = torch.randn(2, 384).to(torch.bfloat16)
     assert fast.quant(_fast.param_id(("never", "recorded")), x, None) is None
