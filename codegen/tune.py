@@ -243,6 +243,9 @@ def main(argv=None) -> int:
         ap.error("--ms / --shapes: expected integers (--ms 1,16) and N x K (--shapes 576x7168)")
     if any(len(s) != 2 or min(s) < 1 for s in shapes) or any(m < 1 for m in ms or ()):
         ap.error("--ms / --shapes: expected M >= 1 and N x K with N, K >= 1")
+    shapes = [(n, fam.padded_k(k)) for n, k in shapes]    # the K the op runs and looks up
+    if args.top is not None and args.top < 1:
+        ap.error(f"--top: {args.top}; expected a count >= 1")
     try:
         arch = args.estimates or native_arch()
     except RuntimeError as e:      # no GPU to tune on
@@ -253,6 +256,10 @@ def main(argv=None) -> int:
     dtype = getattr(torch, fp8.torch_dtype)
     cands = candidates(arch)
     if args.kernels:
+        kernels = sorted({c["kernel"] for c in cands})
+        if unknown := set(args.kernels.split(",")) - set(kernels):
+            ap.error(f"--kernels: {', '.join(sorted(unknown))} not among {arch}'s kernels "
+                     f"({', '.join(kernels)})")
         cands = [c for c in cands if c["kernel"] in args.kernels.split(",")]
     if args.estimates:
         print_estimates(arch, cands)
@@ -268,6 +275,7 @@ def main(argv=None) -> int:
     # a restricted run keeps the table's other entries in place; every cell's winner is
     # written as it is found, so a run cut short keeps the cells it finished
     path, base, full = table_scope(args, arch)
+    failed = 0
     for m in ms:   # M ascending outside: see bench.gemm_section
         for n, k in shapes:
             nbytes = m * k + n * k + m * n * 2
@@ -291,19 +299,25 @@ def main(argv=None) -> int:
             if args.top and est:
                 order = [i for i in order if i in est][:args.top] + \
                     [i for i in order if i not in est]
+            def right(cfg) -> bool:
+                mean, worst, _ = reference.gemm_errors(gemm_with_config(a, sa, b, sb, cfg), ref)
+                if mean <= reference.GEMM_MEAN_TOL and worst <= reference.GEMM_ROW_TOL:
+                    return True
+                print(f"M={m} N={n} K={k}: {cfg} is wrong (mean error {mean:.2g}, worst "
+                      f"element {worst:.2g} of its row); left out", file=sys.stderr)
+                return False
             for rank, i in enumerate(order):
                 cfg = cands[i]
-                if not plausible(cfg, m):
-                    continue
-                mean, worst, _ = reference.gemm_errors(gemm_with_config(a, sa, b, sb, cfg), ref)
-                if not (mean <= reference.GEMM_MEAN_TOL and worst <= reference.GEMM_ROW_TOL):
-                    print(f"M={m} N={n} K={k}: {cfg} is wrong (mean error {mean:.2g}, worst "
-                          f"element {worst:.2g} of its row); left out", file=sys.stderr)
-                    continue
-                timed.append((graph_time(cfg), cfg, rank))
+                if plausible(cfg, m) and right(cfg):
+                    timed.append((graph_time(cfg), cfg, rank))
             held = incumbent(arch, m, n, k, cands, props.multi_processor_count)
-            if held:
+            if held and right(held):
                 timed.append((graph_time(held), held, -1))
+            if not timed:
+                print(f"M={m} N={n} K={k}: no candidate is right; the cell is left as it was",
+                      file=sys.stderr)
+                failed += 1
+                continue
             # the near-equal ones timed in turn (graphs_us), so that a clock or power drift over
             # the sweep does not pick among them
             near = finalists(timed)
@@ -318,9 +332,9 @@ def main(argv=None) -> int:
             print(f"M={m} N={n} K={k}: {us:.1f} us {entries[-1]['tflops']} TFLOP/s {best}{where}",
                   file=sys.stderr)
             write_table(path, arch, entries, base)
-    write_table(path, arch, entries, {} if full else base)
+    write_table(path, arch, entries, {} if full and not failed else base)
     print(f"wrote {path}", file=sys.stderr)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -193,6 +193,91 @@ def test_tuner_writes_each_cell_over_the_table(tmp_path):
     assert list(fam.table_entries(path)) == [(16, 576, 7168), (4096, 576, 7168)]
 
 
+@pytest.fixture
+def tuner_stand_in(monkeypatch):
+    """codegen.tune's loop on the CPU: no compile, one input set, sm_90a's 132 SMs, and a GEMM
+    that returns the reference (or garbage for configs in .wrong) in a time .times gives it."""
+    import types
+
+    import torch
+
+    import codegen.ops.gemm as ops_gemm
+    from codegen import reference, tune
+
+    state = types.SimpleNamespace(wrong=[], times=lambda cfg: 10.0, last=None)
+    randn, rand = torch.randn, torch.rand
+    monkeypatch.setattr(torch, "randn", lambda *a, device=None, **k: randn(*a, **k))
+    monkeypatch.setattr(torch, "rand", lambda *a, device=None, **k: rand(*a, **k))
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: types.SimpleNamespace(multi_processor_count=132))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(tune, "native_arch", lambda: "sm_90a")
+    monkeypatch.setattr(tune, "compile_all", lambda arch, cands: None)
+    monkeypatch.setattr(tune, "input_sets", lambda nbytes: 1)
+
+    def gemm(a, sa, b, sb, cfg):
+        state.last = cfg
+        out = reference.gemm_a8w8_blockscale(a, sa, b, sb)
+        return out * 2 + 1 if cfg in state.wrong else out
+
+    def graph_us(make, nbytes):
+        make()()                  # one call: the GEMM notes its config
+        return state.times(state.last)
+    monkeypatch.setattr(ops_gemm, "gemm_with_config", gemm)
+    monkeypatch.setattr(tune, "graph_us", graph_us)
+    monkeypatch.setattr(tune, "graphs_us", lambda makes, nbytes: [graph_us(m, 0) for m in makes])
+    return state
+
+
+def test_tuner_writes_only_right_configs_under_the_k_dispatch_looks_up(tmp_path, tuner_stand_in,
+                                                                         capsys, monkeypatch):
+    """A cell's winner is the fastest config that passed the check, the incumbent (dispatch's
+    pick, timed beside a --kernels run) included; K not a multiple of 16 is tuned and written
+    as the op runs and looks it up (padded); a cell where nothing is right keeps its entry and
+    the run exits 1."""
+    from codegen import tune
+
+    out = tmp_path / "t.json"
+    held = fam.pick("sm_90a", 16, 256, 256)
+    assert held["kernel"] == "mma"                 # not among --kernels wgmma: the incumbent
+    tuner_stand_in.wrong = [held]
+    tuner_stand_in.times = lambda cfg: 1.0 if cfg == held else 10.0 + cfg["block_n"] / 64
+    argv = ["--ms", "16", "--shapes", "256x256,256x200", "--kernels", "wgmma", "--out", str(out)]
+    assert tune.main(argv) == 0
+    got = fam.table_entries(out)
+    assert {(16, 256, 256), (16, 256, 208)} <= set(got)
+    for key in ((16, 256, 256), (16, 256, 208)):
+        assert got[key]["config"]["kernel"] == "wgmma"
+        assert got[key]["config"]["block_n"] == min(c["block_n"] for c in tune.candidates(
+            "sm_90a") if c["kernel"] == "wgmma")
+    assert "is wrong" in capsys.readouterr().err
+    tuner_stand_in.wrong = [c for c in tune.candidates("sm_90a")] + [held]
+    before = fam.table_entries(out)
+    assert tune.main(argv) == 1
+    assert fam.table_entries(out) == before
+    assert "no candidate is right" in capsys.readouterr().err
+    monkeypatch.setattr(tune, "MS", [16])             # a full run, of one cell
+    monkeypatch.setattr(fam, "TUNED_SHAPES", [(256, 256)])
+    assert tune.main(["--out", str(out)]) == 1 and fam.table_entries(out) == before
+
+
+def test_tuner_refuses_what_it_cannot_tune(tuner_stand_in, monkeypatch, tmp_path):
+    from codegen import tune
+
+    small = {"--ms": "16", "--shapes": "256x256", "--out": str(tmp_path / "t.json")}
+    for bad in ({"--ms": "0"}, {"--shapes": "576x7168x2"}, {"--top": "0"},
+                {"--kernels": "wgmma,bogus"}, {"--estimates": "gfx942", "--kernels": "tma"}):
+        with pytest.raises(SystemExit) as e:
+            tune.main([x for kv in {**small, **bad}.items() for x in kv])
+        assert e.value.code == 2, bad
+    assert not (tmp_path / "t.json").exists()
+
+    def no_gpu():
+        raise RuntimeError("no GPU")
+    monkeypatch.setattr(tune, "native_arch", no_gpu)
+    assert tune.main([]) == 2
+
+
 def test_only_a_full_tune_run_drops_the_tables_other_entries(tmp_path):
     """--quick times five M values: like --ms / --shapes / --kernels, it keeps the table's other
     entries. With --out, the entries kept are that file's where it exists (a run resumed)."""
