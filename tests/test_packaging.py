@@ -378,3 +378,25 @@ def test_a_bare_wheel_flag_packs_beside_the_build_and_list_takes_a_closed_pipe(p
     finally:
         os.close(write)
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_cache_lists_each_arch_and_clears_only_the_one_named(tmp_path, monkeypatch, capsys):
+    """Arch folders hold a lock file beside each module folder: they are listed with their
+    modules, and `cache clear --arch` clears that arch's alone."""
+    from codegen.cli import main
+
+    monkeypatch.setenv("CODEGEN_CACHE_DIR", str(tmp_path))
+    for arch in ("gfx942", "gfx1201"):
+        module = tmp_path / arch / "v" / "k1"
+        module.mkdir(parents=True)
+        (module / "artifact.json").write_text("{}")
+        (tmp_path / arch / "v.lock").write_text("")
+    assert main(["cache"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {arch:<8}    1 modules" in listed for arch in ("gfx942", "gfx1201")), listed
+    assert main(["cache", "clear", "--arch", "gfx942"]) == 0
+    assert not (tmp_path / "gfx942" / "v").exists() and (tmp_path / "gfx1201" / "v" / "k1").is_dir()
+    capsys.readouterr()
+    assert main(["cache"]) == 0
+    listed = capsys.readouterr().out
+    assert "gfx1201" in listed and "gfx942" not in listed, listed
