@@ -405,6 +405,17 @@ def test_full_disk_is_named_and_leaves_no_partial_output(fake, monkeypatch):
         jit.compile_variant(v)
 
 
+def test_build_exits_1_when_a_variant_failed(fake, tmp_path, monkeypatch, capsys):
+    from codegen import cli
+
+    monkeypatch.setattr(cli, "_build_fast_path", lambda: None)
+    argv = ["build", "--arch", "sm_90a", "--ops", "rmsnorm", "--out", str(tmp_path / "gen")]
+    monkeypatch.setenv("FAKE_CC_FAIL", "enospc")
+    assert cli.main(argv) == 1
+    monkeypatch.delenv("FAKE_CC_FAIL")
+    assert cli.main(argv) == 0
+
+
 def test_a_compile_that_fails_leaves_no_output_for_a_later_build(fake, tmp_path, monkeypatch):
     """ninja keeps what a failed command wrote: a partial module must not be recorded as built,
     nor taken for a current one by the next build."""
