@@ -400,3 +400,23 @@ def test_cache_lists_each_arch_and_clears_only_the_one_named(tmp_path, monkeypat
     assert main(["cache"]) == 0
     listed = capsys.readouterr().out
     assert "gfx1201" in listed and "gfx942" not in listed, listed
+
+
+def test_cli_passes_its_options_through(capsys, monkeypatch):
+    """explain's --cus and axis=true reach the pick and the variant; --arch native on a host
+    without a GPU is a named error (exit 2), not a traceback; counts below 1 are refused."""
+    from codegen import cli
+
+    assert cli.main(["explain", "--arch", "gfx942", "gemm_a8w8_blockscale", "--m", "1024",
+                     "--n", "4096", "--k", "7168", "--cus", "38"]) == 0
+    assert "38 multiprocessors (--cus)" in capsys.readouterr().out
+    assert cli.main(["explain", "--arch", "sm_90a", "rmsnorm", "dtype=bf16", "residual=true"]) == 0
+    assert "variant: rmsnorm_bf16_residual" in capsys.readouterr().out
+
+    def no_gpu():
+        raise RuntimeError("no GPU found")
+    monkeypatch.setattr(cli, "native_arch", no_gpu)
+    assert cli.main(["build", "--arch", "native"]) == 2
+    assert "--arch: no GPU found" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["build", "--arch", "gfx942", "--jobs", "0"])
