@@ -474,3 +474,17 @@ def test_amd_mma_split_k_limits():
     lds = variant("gfx942", kernel="lds", block_m=128, block_n=128, stages=2, wave_tile="w64x32")
     assert (fam.block_threads(lds), fam.lds_pieces(lds)) == (512, 4)
     assert not fam.swapped(variant("gfx942", kernel="mma", block_m=16, block_n=16))
+
+
+def test_tuner_incumbent_and_plausible_edges():
+    """The incumbent is what dispatch picks on the device's CUs (an MI300X partition picks
+    otherwise than the full part); a 16-row mma tile is a candidate down to M = 1."""
+    from codegen import tune
+
+    mma = [c for c in tune.candidates("gfx942") if c["kernel"] == "mma"]
+    assert fam.pick("gfx942", 1024, 3000, 4096, 38) != fam.pick("gfx942", 1024, 3000, 4096)
+    for cus in (38, None):
+        assert tune.incumbent("gfx942", 1024, 3000, 4096, mma, cus) == \
+            fam.pick("gfx942", 1024, 3000, 4096, cus)
+    assert all(tune.plausible(fam.config("mma", 16, 16), m) for m in (1, 8, 16))
+    assert not tune.plausible(fam.config("mma", 32, 16), 16)

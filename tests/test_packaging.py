@@ -412,6 +412,8 @@ def test_cli_passes_its_options_through(capsys, monkeypatch):
     assert "38 multiprocessors (--cus)" in capsys.readouterr().out
     assert cli.main(["explain", "--arch", "sm_90a", "rmsnorm", "dtype=bf16", "residual=true"]) == 0
     assert "variant: rmsnorm_bf16_residual" in capsys.readouterr().out
+    for dtype, load in (("fp32", "vec16"), ("bf16", "scalar")):     # rows of 4100 values
+        assert cli.explain("sm_90a", "rmsnorm", {"dtype": dtype}, hidden=4100)[0] ==             f"variant: rmsnorm_{dtype}_{load}"
 
     def no_gpu():
         raise RuntimeError("no GPU found")
