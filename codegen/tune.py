@@ -256,11 +256,11 @@ def main(argv=None) -> int:
     dtype = getattr(torch, fp8.torch_dtype)
     cands = candidates(arch)
     if args.kernels:
-        kernels = sorted({c["kernel"] for c in cands})
-        if unknown := set(args.kernels.split(",")) - set(kernels):
+        wanted, kernels = set(args.kernels.split(",")), sorted({c["kernel"] for c in cands})
+        if unknown := wanted - set(kernels):
             ap.error(f"--kernels: {', '.join(sorted(unknown))} not among {arch}'s kernels "
                      f"({', '.join(kernels)})")
-        cands = [c for c in cands if c["kernel"] in args.kernels.split(",")]
+        cands = [c for c in cands if c["kernel"] in wanted]
     if args.estimates:
         print_estimates(arch, cands)
         return 0
