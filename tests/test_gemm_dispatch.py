@@ -204,7 +204,7 @@ def tuner_stand_in(monkeypatch):
     import codegen.ops.gemm as ops_gemm
     from codegen import reference, tune
 
-    state = types.SimpleNamespace(wrong=[], times=lambda cfg: 10.0, last=None)
+    state = types.SimpleNamespace(wrong=[], times=lambda cfg: 10.0, last=None, sa_strides=set())
     randn, rand = torch.randn, torch.rand
     monkeypatch.setattr(torch, "randn", lambda *a, device=None, **k: randn(*a, **k))
     monkeypatch.setattr(torch, "rand", lambda *a, device=None, **k: rand(*a, **k))
@@ -217,6 +217,7 @@ def tuner_stand_in(monkeypatch):
 
     def gemm(a, sa, b, sb, cfg):
         state.last = cfg
+        state.sa_strides.add(sa.stride())
         out = reference.gemm_a8w8_blockscale(a, sa, b, sb)
         return out * 2 + 1 if cfg in state.wrong else out
 
@@ -259,6 +260,20 @@ def test_tuner_writes_only_right_configs_under_the_k_dispatch_looks_up(tmp_path,
     monkeypatch.setattr(tune, "MS", [16])             # a full run, of one cell
     monkeypatch.setattr(fam, "TUNED_SHAPES", [(256, 256)])
     assert tune.main(["--out", str(out)]) == 1 and fam.table_entries(out) == before
+
+
+def test_tuner_times_the_scale_layout_asked_for(tuner_stand_in, tmp_path):
+    """--scales col_tma: every call the tuner checks and times gets A's scales column-major in
+    the quant op's padded layout, as the engine that asked for it will pass them."""
+    from codegen import tune
+
+    argv = ["--ms", "5", "--shapes", "256x256", "--kernels", "wgmma", "--out",
+            str(tmp_path / "t.json")]
+    assert tune.main(argv) == 0
+    assert tuner_stand_in.sa_strides == {(2, 1)}            # M = 5, K = 256: [5, 2] row-major
+    tuner_stand_in.sa_strides.clear()
+    assert tune.main(argv + ["--scales", "col_tma"]) == 0
+    assert tuner_stand_in.sa_strides == {(1, 8)}            # columns of 5 rows padded to 8
 
 
 def test_tuner_refuses_what_it_cannot_tune(tuner_stand_in, monkeypatch, tmp_path):
