@@ -422,3 +422,24 @@ def test_cli_passes_its_options_through(capsys, monkeypatch):
     assert "--arch: no GPU found" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["build", "--arch", "gfx942", "--jobs", "0"])
+
+
+def test_list_reads_an_installed_prebuilt_manifest_only_without_out(tmp_path, monkeypatch,
+                                                                     capsys):
+    """`list` with nothing built here shows the installed prebuilt package's manifest; with
+    --out it lists that folder alone and says where to build."""
+    from codegen import paths
+    from codegen.cli import main
+
+    pre = tmp_path / "prebuilt"
+    pre.mkdir()
+    row = {"uri": "gfx942/rmsnorm/x", "op": "rmsnorm", "status": "built"}
+    (pre / "manifest.json").write_text(json.dumps({"variants": [row]}))
+    monkeypatch.setenv("CODEGEN_AOT_DIR", str(tmp_path / "aot"))
+    monkeypatch.setattr(paths, "prebuilt_dir", lambda arch: pre if arch == "gfx942" else None)
+    assert main(["list", "--arch", "gfx942"]) == 0
+    out = capsys.readouterr().out
+    assert str(pre / "manifest.json") in out and "gfx942/rmsnorm/x" in out and "1 built" in out
+    assert main(["list", "--arch", "gfx942", "--out", str(tmp_path / "elsewhere")]) == 2
+    err = capsys.readouterr().err
+    assert "no manifest at" in err and "elsewhere" in err and "codegen build --arch gfx942" in err
