@@ -443,3 +443,17 @@ def test_list_reads_an_installed_prebuilt_manifest_only_without_out(tmp_path, mo
     assert main(["list", "--arch", "gfx942", "--out", str(tmp_path / "elsewhere")]) == 2
     err = capsys.readouterr().err
     assert "no manifest at" in err and "elsewhere" in err and "codegen build --arch gfx942" in err
+
+
+def test_doctor_names_a_missing_part_of_the_install(tmp_path, monkeypatch, capsys):
+    """An install without its templates (or headers, specs, tables) is a fault doctor names."""
+    from codegen import paths
+    from codegen.cli import main
+
+    monkeypatch.setenv("CODEGEN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CODEGEN_AOT_DIR", str(tmp_path / "aot"))
+    assert main(["doctor"]) == 0
+    assert "MISSING" not in capsys.readouterr().out
+    monkeypatch.setattr(paths, "TEMPLATE_DIR", tmp_path / "gone")
+    assert main(["doctor"]) == 1
+    assert f"templates  MISSING  0 in {tmp_path / 'gone'}" in capsys.readouterr().out
