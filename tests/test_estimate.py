@@ -90,6 +90,26 @@ def test_best_first_puts_estimated_candidates_first_by_prediction():
     assert best_first(cands, est, 128, 256, 1024, cus=8, simds=4) == [2, 0, 1]
 
 
+def test_best_first_ranks_by_the_cell_and_the_device_it_is_given():
+    """Each argument reaches the prediction in its place: a tall tile suits a tall cell, more
+    blocks a CU or fewer waves a block rank higher, and more CUs change which tiles fill them."""
+    tall, wide = dict(block_m=256, block_n=16, split_k=1), dict(block_m=16, block_n=256, split_k=1)
+    same = {0: (10.0, 4, 2), 1: (10.0, 4, 2)}
+    assert best_first([tall, wide], same, 4096, 16, 1024, cus=8, simds=4) == [0, 1]
+    assert best_first([tall, wide], same, 16, 4096, 1024, cus=8, simds=4) == [1, 0]
+    # the same tile: more blocks a CU ranks first, then fewer waves a block
+    assert best_first([tall, tall], {0: (10.0, 1, 1), 1: (10.0, 1, 4)}, 4096, 256, 1024,
+                      cus=8, simds=4) == [1, 0]
+    assert best_first([tall, tall], {0: (10.0, 8, 2), 1: (10.0, 2, 2)}, 4096, 256, 1024,
+                      cus=8, simds=4) == [1, 0]
+    # 64 small tiles fill 64 CUs in one round; on 8 CUs of one SIMD the larger ones win
+    small, large = dict(block_m=64, block_n=64, split_k=1), dict(block_m=128, block_n=128,
+                                                                 split_k=1)
+    est = {0: (10.0, 1, 1), 1: (30.0, 1, 1)}
+    assert best_first([small, large], est, 512, 512, 1024, cus=64, simds=4) == [0, 1]
+    assert best_first([small, large], est, 512, 512, 1024, cus=8, simds=1) == [1, 0]
+
+
 def test_tuner_estimates_name_a_bad_arch(capsys):
     from codegen import tune
 
