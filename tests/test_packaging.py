@@ -452,6 +452,8 @@ def test_doctor_names_a_missing_part_of_the_install(tmp_path, monkeypatch, capsy
 
     monkeypatch.setenv("CODEGEN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("CODEGEN_AOT_DIR", str(tmp_path / "aot"))
+    for knob in ("CODEGEN_JOBS", "CODEGEN_LOCK_TIMEOUT"):      # faults of their own
+        monkeypatch.delenv(knob, raising=False)
     assert main(["doctor"]) == 0
     assert "MISSING" not in capsys.readouterr().out
     monkeypatch.setattr(paths, "TEMPLATE_DIR", tmp_path / "gone")
