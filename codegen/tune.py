@@ -256,10 +256,10 @@ def main(argv=None) -> int:
     dtype = getattr(torch, fp8.torch_dtype)
     cands = candidates(arch)
     if args.kernels:
-        wanted, kernels = set(args.kernels.split(",")), sorted({c["kernel"] for c in cands})
-        if unknown := wanted - set(kernels):
+        wanted, kernels = set(args.kernels.split(",")), {c["kernel"] for c in cands}
+        if unknown := wanted - kernels:
             ap.error(f"--kernels: {', '.join(sorted(unknown))} not among {arch}'s kernels "
-                     f"({', '.join(kernels)})")
+                     f"({', '.join(sorted(kernels))})")
         cands = [c for c in cands if c["kernel"] in wanted]
     if args.estimates:
         print_estimates(arch, cands)
